@@ -1,0 +1,33 @@
+# Two commands set up a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv lint docs bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# The CPU torch wheel first, so that nothing pulls a multi-GB CUDA build.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/fasync train configs/quickstart.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check fasync tests bench
+	$(BIN)/fasync check --strict configs/quickstart.yaml configs/sync.yaml configs/async.yaml configs/fully_async.yaml
+
+docs: $(STAMP)
+	$(BIN)/python -m fasync.docs
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,83 @@
+"""Quantities that follow from a config, computed in one place.
+
+The linter, `fasync config show` and the trainer all read these, so that what a
+rule warns about is exactly what the trainer will do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from fasync.config.schema import FasyncConfig
+
+
+@dataclass(frozen=True)
+class Derived:
+    samples_per_rollout: int
+    """rollout.batch_size × rollout.n_samples_per_prompt."""
+    effective_global_batch_size: int
+    """Samples per optimizer step: the whole rollout under the dynamic global batch size."""
+    num_steps_per_rollout: int
+    """Optimizer steps per rollout (fully_async: per drain)."""
+    trimmed_samples_per_rollout: int
+    """Samples generated but never trained on each rollout (0 under the dynamic global batch size)."""
+    micro_batches_per_step: int
+    """Forward/backward passes per optimizer step on each data-parallel rank (rounded down)."""
+    worst_policy_lag: Optional[int]
+    """Most policy updates between the policy that produced a token and the one that trains on it:
+    max_weight_staleness + num_steps_per_rollout − 1 in the async modes (None: unbounded),
+    num_steps_per_rollout − 1 in sync."""
+    max_queue_size: int
+    """fully_async: prompt groups the queue holds (the configured value or its default)."""
+    max_concurrent_samples: int
+    """fully_async: samples generating at once (the configured value or its default)."""
+    ratio_anchor: str
+    """The PPO ratio's anchor after the mode default is applied."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def samples_per_rollout(cfg: FasyncConfig) -> int:
+    return cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt
+
+
+def derive(cfg: FasyncConfig) -> Derived:
+    samples = samples_per_rollout(cfg)
+    train = cfg.train
+    if train.use_dynamic_global_batch_size:
+        global_batch = samples
+        steps = 1
+    else:
+        global_batch = train.global_batch_size
+        steps = train.num_steps_per_rollout if train.num_steps_per_rollout is not None else samples // global_batch
+    trimmed = max(samples - steps * global_batch, 0)
+    per_rank = global_batch // cfg.resources.trainer_ranks
+    micro_batches = per_rank // train.micro_batch_size if train.micro_batch_size else 0
+
+    staleness = cfg.async_.max_weight_staleness
+    if cfg.mode == "sync":
+        lag: Optional[int] = max(steps - 1, 0)
+    elif staleness is None:
+        lag = None
+    else:
+        lag = staleness + max(steps, 1) - 1
+
+    queue = cfg.async_.max_queue_size
+    if queue is None:
+        # Enough for the drain in progress plus one per version the bound lets the rollouter run ahead.
+        queue = cfg.rollout.batch_size * ((staleness if staleness is not None else 1) + 1)
+    concurrent = cfg.async_.max_concurrent_samples or samples
+    anchor = cfg.correction.ratio_anchor or ("recompute" if cfg.mode == "sync" else "proximal")
+    return Derived(
+        samples_per_rollout=samples,
+        effective_global_batch_size=global_batch,
+        num_steps_per_rollout=steps,
+        trimmed_samples_per_rollout=trimmed,
+        micro_batches_per_step=micro_batches,
+        worst_policy_lag=lag,
+        max_queue_size=queue,
+        max_concurrent_samples=concurrent,
+        ratio_anchor=anchor,
+    )

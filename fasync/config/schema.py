@@ -1,0 +1,216 @@
+"""The typed run configuration.
+
+Every field has a type, a default and a description: the descriptions are the
+source of `docs/config.md` and of the JSON Schema that editors use. Sections
+reject unknown keys so that a typo is a diagnostic, not a silently ignored knob.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Mode = Literal["sync", "async", "fully_async"]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+
+
+class ModelConfig(Section):
+    path: Optional[str] = Field(
+        None,
+        description="Local Hugging Face causal-LM directory (loaded with local files only). "
+        "Null: the embedded tiny transformer described by the other keys.",
+    )
+    n_layers: int = Field(2, ge=1, description="Embedded model: number of transformer blocks.")
+    d_model: int = Field(64, ge=8, description="Embedded model: width of the residual stream.")
+    n_heads: int = Field(4, ge=1, description="Embedded model: attention heads (must divide d_model).")
+    max_seq_len: int = Field(64, ge=8, description="Embedded model: longest prompt + completion in tokens.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Parameter dtype for training and rollout."
+    )
+
+
+class DataConfig(Section):
+    task: Optional[Literal["reverse", "copy", "add", "sort"]] = Field(
+        "reverse",
+        description="Built-in verifiable task. Ignored when `data.path` is set.",
+    )
+    path: Optional[str] = Field(None, description="JSONL dataset, one object per line with a prompt and a label.")
+    prompt_key: str = Field("prompt", description="JSONL key holding the prompt text.")
+    label_key: str = Field("label", description="JSONL key holding the reference answer.")
+    length: int = Field(6, ge=1, le=32, description="Built-in tasks: number of digits in each problem.")
+    num_prompts: int = Field(
+        4096, ge=1, description="Built-in tasks: size of the generated prompt pool (sampled with replacement)."
+    )
+    seed: int = Field(0, description="Seed for generating and shuffling prompts.")
+
+
+class RewardConfig(Section):
+    function: str = Field(
+        "exact_match",
+        description="Built-in reward (`exact_match`, `partial_match`, `boxed_math`) or `module:function` "
+        "taking (completion, label) and returning a float.",
+    )
+
+
+class RolloutConfig(Section):
+    engine: Literal["hf", "vllm"] = Field(
+        "hf", description="`hf`: the torch engine with a KV cache (CPU or GPU). `vllm`: vLLM (needs the `gpu` extra)."
+    )
+    batch_size: int = Field(
+        32, ge=1, description="Prompts per rollout (slime's rollout_batch_size; verl's data.train_batch_size)."
+    )
+    n_samples_per_prompt: int = Field(8, ge=1, description="Completions generated for each prompt (the GRPO group size).")
+    over_sampling_batch_size: Optional[int] = Field(
+        None,
+        ge=1,
+        description="With dynamic sampling: prompts generated per round while refilling dropped groups. "
+        "Null: `rollout.batch_size`.",
+    )
+    max_new_tokens: int = Field(16, ge=1, description="Longest completion in tokens.")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0: greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    dynamic_sampling: bool = Field(
+        False, description="Drop groups whose rewards all agree (zero advantage) and over-sample to refill the batch."
+    )
+    max_sampling_rounds: int = Field(
+        8, ge=1, description="With dynamic sampling: generation rounds before a short batch is accepted."
+    )
+
+
+class TrainConfig(Section):
+    global_batch_size: int = Field(256, ge=1, description="Samples per optimizer step (verl's ppo_mini_batch_size × n).")
+    micro_batch_size: int = Field(
+        64, ge=1, description="Samples per forward/backward pass on one rank (gradient accumulation unit)."
+    )
+    num_steps_per_rollout: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Optimizer steps per rollout. Null: derived as samples per rollout // global_batch_size.",
+    )
+    use_dynamic_global_batch_size: bool = Field(
+        False,
+        description="Resize the global batch to the whole rollout, so each rollout is exactly one optimizer step "
+        "and nothing is trimmed.",
+    )
+    num_rollouts: int = Field(100, ge=1, description="Rollouts (fully_async: drains) before the run stops.")
+    target_reward: Optional[float] = Field(
+        None, description="Stop early once the running mean reward reaches this value. Null: run all rollouts."
+    )
+    lr: float = Field(1e-3, gt=0.0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    grad_clip: Optional[float] = Field(1.0, gt=0.0, description="Clip the global gradient norm to this. Null: no clip.")
+    advantage_estimator: Literal["grpo", "reinforce_baseline"] = Field(
+        "grpo",
+        description="`grpo`: reward minus the group mean; `reinforce_baseline`: reward minus the batch mean.",
+    )
+    normalize_advantage_std: bool = Field(True, description="Divide advantages by the group (or batch) std.")
+    clip_eps_low: float = Field(0.2, ge=0.0, description="PPO ratio clip below: 1 - clip_eps_low.")
+    clip_eps_high: float = Field(0.2, ge=0.0, description="PPO ratio clip above: 1 + clip_eps_high (DAPO clip-higher).")
+    kl_coef: float = Field(0.0, ge=0.0, description="Weight of the KL penalty to a frozen reference model (0: no reference).")
+    entropy_coef: float = Field(0.0, description="Weight of the entropy bonus.")
+    loss_aggregation: Literal["token_mean", "sequence_mean"] = Field(
+        "token_mean", description="Average the loss over all tokens, or per sequence then over sequences."
+    )
+    seed: int = Field(0, description="Seed for model initialisation and sampling.")
+
+
+class AsyncConfig(Section):
+    max_weight_staleness: Optional[int] = Field(
+        1,
+        ge=0,
+        description="Most weight versions a trained sample may lag behind the trainer (counted from the oldest "
+        "version that produced any of its tokens). Null: unbounded.",
+    )
+    update_weights_interval: int = Field(1, ge=1, description="Rollouts (fully_async: drains) between weight syncs.")
+    max_queue_size: Optional[int] = Field(
+        None,
+        ge=1,
+        description="fully_async: prompt groups the queue holds. Null: rollout.batch_size × (max_weight_staleness + 1).",
+    )
+    max_concurrent_samples: Optional[int] = Field(
+        None,
+        ge=1,
+        description="fully_async: samples generating at once. Null: rollout.batch_size × n_samples_per_prompt.",
+    )
+    partial_rollout: bool = Field(
+        False,
+        description="On a weight sync, abort in-flight generations and resume them from their prefix under the new "
+        "weights. Off: they finish under the old weights.",
+    )
+    stale_policy: Literal["drop", "regenerate"] = Field(
+        "drop", description="fully_async: what happens to a group that became too stale to train on."
+    )
+
+
+class CorrectionConfig(Section):
+    ratio_anchor: Optional[Literal["behaviour", "proximal", "recompute"]] = Field(
+        None,
+        description="Policy the PPO ratio is taken against. `behaviour`: the rollout logprobs (bypass, no extra "
+        "forward); `proximal`: decoupled PPO against the policy at the start of the step; `recompute`: "
+        "recomputed logprobs of the current weights. Null: `recompute` in sync, `proximal` in the async modes.",
+    )
+    level: Literal["none", "token", "sequence"] = Field(
+        "none", description="Importance weights between training and behaviour policies: per token or per sequence."
+    )
+    weight_upper: float = Field(2.0, gt=0.0, description="Truncate importance weights above this.")
+    weight_lower: Optional[float] = Field(None, ge=0.0, description="Truncate importance weights below this. Null: no lower bound.")
+    batch_normalize: bool = Field(False, description="Rescale the importance weights to mean 1 over the batch.")
+    reject_token_ratio: Optional[tuple[float, float]] = Field(
+        None, description="Mask tokens whose ratio falls outside [low, high]."
+    )
+    reject_sequence_ratio: Optional[tuple[float, float]] = Field(
+        None, description="Mask sequences whose geometric-mean ratio falls outside [low, high]."
+    )
+    reject_kl: Optional[float] = Field(None, gt=0.0, description="Mask sequences whose mean k3 KL exceeds this.")
+
+
+class ResourcesConfig(Section):
+    ray_address: Optional[str] = Field(None, description="Ray cluster to join. Null: start a local one.")
+    num_gpus: Optional[int] = Field(
+        None, ge=0, description="GPUs the cluster provides. Null: 0 locally, or what the named cluster reports."
+    )
+    num_rollout_engines: int = Field(1, ge=1, description="Rollout engine actors.")
+    gpus_per_engine: int = Field(0, ge=0, description="GPUs per rollout engine (0: CPU).")
+    trainer_ranks: int = Field(1, ge=1, description="Data-parallel trainer ranks.")
+    gpus_per_trainer_rank: int = Field(0, ge=0, description="GPUs per trainer rank (0: CPU).")
+    colocate: bool = Field(False, description="Share GPUs between rollout and training (they then take turns).")
+    rollout_threads: int = Field(1, ge=1, description="torch threads per rollout engine on CPU.")
+    train_threads: int = Field(1, ge=1, description="torch threads per trainer rank on CPU.")
+
+
+class LoggingConfig(Section):
+    run_dir: Optional[str] = Field(None, description="Where the run writes its files. Null: runs/<config name>-<time>.")
+    progress: Literal["auto", "rich", "plain", "none"] = Field(
+        "auto", description="Live display: rich on a terminal, plain lines otherwise."
+    )
+    log_every: int = Field(1, ge=1, description="Print a progress line every this many optimizer steps.")
+
+
+class CheckpointConfig(Section):
+    every: int = Field(0, ge=0, description="Save the policy every this many rollouts (0: never during the run).")
+    save_final: bool = Field(False, description="Save the policy when the run ends.")
+
+
+class LintConfig(Section):
+    ignore: list[str] = Field(default_factory=list, description="Rule codes silenced for this config.")
+
+
+class FasyncConfig(Section):
+    mode: Mode = Field("sync", description="Training driver: `sync`, `async` (overlapped, batch-level) or "
+                       "`fully_async` (streaming, sample-level).")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Prompts and labels.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="The verifiable reward.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Generation.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Optimisation.")
+    async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async",
+                                description="Both async modes: staleness bound, weight syncs, queue.")
+    correction: CorrectionConfig = Field(default_factory=CorrectionConfig, description="Off-policy correction.")
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="Ray cluster and placement.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run directory and display.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Saving the policy.")
+    lint: LintConfig = Field(default_factory=LintConfig, description="Linter settings for this config.")
