@@ -1,0 +1,203 @@
+"""What the three drivers share: actors, generation of prompt groups, step records."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+
+from fasync.config.derived import Derived
+from fasync.config.schema import FasyncConfig
+from fasync.launch.actors import TrainerGroup, push_weights, start_engines
+from fasync.launch.plan import ResourcePlan
+from fasync.metrics.ledger import Ledger
+from fasync.metrics.progress import Progress
+from fasync.metrics.writer import MetricsWriter
+from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
+
+REWARD_WINDOW = 3
+"""Rollouts averaged for `train.target_reward` early stopping."""
+
+
+def build_factory(cfg: FasyncConfig) -> GroupFactory:
+    from fasync.data import build_dataset
+    from fasync.data.rewards import build_reward
+    from fasync.model import build_tokenizer
+
+    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    return GroupFactory(cfg, tokenizer, build_dataset(cfg.data), build_reward(cfg.reward))
+
+
+def generate(engines: list, groups: list[PromptGroup], params) -> list[PromptGroup]:
+    """Run every request of `groups` to completion, spreading the groups over the engines."""
+    shares = [groups[i:: len(engines)] for i in range(len(engines))]
+    calls = [
+        engine.generate.remote([req for group in share for req in group.requests], params)
+        for engine, share in zip(engines, shares)
+        if share
+    ]
+    by_id = {gen.request_id: gen for result in ray.get(calls) for gen in result}
+    for group in groups:
+        group.requests = [by_id[req.request_id] for req in group.requests]
+    return groups
+
+
+def version_stats(samples) -> dict:
+    """How many weight versions a batch mixes, and how much of it partial rollouts stitched together."""
+    spans = [s.newest_version - s.oldest_version for s in samples]
+    return {
+        "version_diversity": len({s.oldest_version for s in samples}),
+        "partial_ratio": sum(span > 0 for span in spans) / max(len(spans), 1),
+        "max_partial_span": max(spans, default=0),
+    }
+
+
+@dataclass
+class RolloutBatch:
+    groups: list[PromptGroup]
+    generate_time_s: float
+    rounds: int = 1
+    drops: Counter = field(default_factory=Counter)
+
+    @property
+    def samples(self):
+        return [sample for group in self.groups for sample in group.samples]
+
+
+class Run:
+    """State every driver keeps: the actors, the weight version, the ledger and the step records."""
+
+    def __init__(self, cfg: FasyncConfig, derived: Derived, plan: ResourcePlan, factory: GroupFactory,
+                 run_dir: Path, progress: Progress):
+        self.cfg = cfg
+        self.derived = derived
+        self.plan = plan
+        self.run_dir = run_dir
+        self.progress = progress
+        self.writer = MetricsWriter(run_dir)
+        self.ledger = Ledger()
+        self.ledger_lock = threading.Lock()
+        self.factory = factory
+        self.engines = start_engines(cfg, plan)
+        self.trainer = TrainerGroup(cfg, plan)
+        self.version = 0
+        self.step = 0
+        self.recent_rewards: deque[float] = deque(maxlen=REWARD_WINDOW)
+        self._last_record_time = time.monotonic()
+        self.stop_reason = "completed all rollouts"
+        self.sync_weights()
+
+    def sync_weights(self, wait: bool = True) -> float:
+        """Push the trainer's weights to every engine as the current version; returns the seconds the
+        caller was held. Without `wait` the push queues behind any generation in progress on an engine."""
+        start = time.monotonic()
+        pushes = push_weights(self.engines, self.trainer.state_dict_ref(), self.version)
+        if wait:
+            ray.get(pushes)
+        return time.monotonic() - start
+
+    def bump_version(self, wait: bool = True) -> float:
+        self.version += 1
+        return self.sync_weights(wait)
+
+    def collect(self, version: int) -> RolloutBatch:
+        """One rollout of `rollout.batch_size` groups; with dynamic sampling, zero-variance groups are
+        dropped and more prompts generated until the batch is full or the rounds run out."""
+        cfg = self.cfg.rollout
+        start = time.monotonic()
+        kept: list[PromptGroup] = []
+        drops: Counter = Counter()
+        rounds = 0
+        want = cfg.batch_size
+        while len(kept) < cfg.batch_size and rounds < (cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
+            groups = self.factory.new_groups(want, version)
+            self._account(produced=sum(g.size for g in groups))
+            for group in generate(self.engines, groups, self.factory.params):
+                self.factory.score(group)
+                if cfg.dynamic_sampling and zero_variance(group):
+                    drops["zero_variance"] += group.size
+                else:
+                    kept.append(group)
+            rounds += 1
+            want = cfg.over_sampling_batch_size or cfg.batch_size
+        surplus = kept[cfg.batch_size:]
+        kept = kept[: cfg.batch_size]
+        drops["surplus"] += sum(g.size for g in surplus)
+        with self.ledger_lock:
+            for reason, count in drops.items():
+                self.ledger.drop(reason, count)
+            self.ledger.in_flight -= sum(drops.values()) + sum(g.size for g in kept)
+            self.ledger.queued += sum(g.size for g in kept)
+        return RolloutBatch(kept, time.monotonic() - start, rounds, drops)
+
+    def _account(self, produced: int) -> None:
+        with self.ledger_lock:
+            self.ledger.produced += produced
+            self.ledger.in_flight += produced
+
+    def train(self, rollout: int, batch: RolloutBatch, extra: dict | None = None) -> list[dict]:
+        """Train on one rollout (or drain) at the current version; returns its step records, not yet written."""
+        samples = batch.samples
+        start = time.monotonic()
+        steps = self.trainer.train_rollout(samples, self.version)
+        train_time = time.monotonic() - start
+        consumed = sum(step["num_samples"] for step in steps)
+        with self.ledger_lock:
+            self.ledger.queued -= len(samples)
+            self.ledger.consumed += consumed
+            self.ledger.drop("trimmed", len(samples) - consumed)
+        self.recent_rewards.append(sum(s.reward for s in samples) / max(len(samples), 1))
+        batch_stats = version_stats(samples)
+        records = []
+        for index, step in enumerate(steps):
+            record = {
+                "step": self.step,
+                "rollout": rollout,
+                "weight_version": self.version,
+                "generate_time_s": batch.generate_time_s if index == 0 else 0.0,
+                "weight_sync_time_s": 0.0,
+                "rollout_reward_mean": self.recent_rewards[-1],
+                "sampling_rounds": batch.rounds,
+                **{f"dropped_{reason}": count for reason, count in batch.drops.items()},
+                **batch_stats,
+                **(extra or {}),
+                **step,
+            }
+            record.setdefault("train_time_s", train_time / len(steps))
+            self.step += 1
+            records.append(record)
+        return records
+
+    def write(self, records: list[dict], weight_sync_time_s: float = 0.0) -> None:
+        if records:
+            records[-1]["weight_sync_time_s"] = weight_sync_time_s
+        now = time.monotonic()
+        tokens = sum(r.get("num_tokens", 0) for r in records)
+        samples = sum(r.get("num_samples", 0) for r in records)
+        elapsed = max(now - self._last_record_time, 1e-9)
+        self._last_record_time = now
+        for record in records:
+            record["tokens_per_s"] = tokens / elapsed
+            record["samples_per_s"] = samples / elapsed
+            with self.ledger_lock:
+                record["ledger_balanced"] = self.ledger.balanced
+            self.progress.update(self.writer.write(record))
+        every = self.cfg.checkpoint.every
+        if records and every and (records[-1]["rollout"] + 1) % every == 0:
+            self.trainer.save(str(self.run_dir / f"checkpoint-{records[-1]['rollout'] + 1}.pt"))
+
+    def reached_target(self) -> bool:
+        target = self.cfg.train.target_reward
+        if target is None or len(self.recent_rewards) < REWARD_WINDOW:
+            return False
+        if sum(self.recent_rewards) / len(self.recent_rewards) >= target:
+            self.stop_reason = f"reached target reward {target}"
+            return True
+        return False
+
+    def close(self) -> None:
+        self.writer.close()

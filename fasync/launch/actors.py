@@ -1,0 +1,111 @@
+"""Ray actors for the rollout engines and the trainer ranks.
+
+The classes here are thin: the engine and the trainer are plain Python objects
+(fasync.rollout.engine, fasync.train.trainer) that also run without Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import ray
+
+from fasync.config.schema import FasyncConfig
+from fasync.launch.plan import ResourcePlan
+
+
+def _limit_threads(threads: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+# `control` lets abort/pause/resume reach an engine while a generate call runs in the default group.
+@ray.remote(concurrency_groups={"control": 1})
+class EngineActor:
+    def __init__(self, cfg: FasyncConfig):
+        _limit_threads(cfg.resources.rollout_threads)
+        from fasync.rollout.engine import build_engine
+
+        self.engine = build_engine(cfg)
+
+    def generate(self, requests, params):
+        return self.engine.generate(requests, params)
+
+    def load_weights(self, state_dict, version: int) -> int:
+        self.engine.load_weights(state_dict, version)
+        return version
+
+    @ray.method(concurrency_group="control")
+    def abort(self) -> None:
+        self.engine.abort()
+
+    @ray.method(concurrency_group="control")
+    def pause(self) -> None:
+        self.engine.pause()
+
+    @ray.method(concurrency_group="control")
+    def resume(self) -> None:
+        self.engine.resume()
+
+
+@ray.remote
+class TrainerActor:
+    def __init__(self, cfg: FasyncConfig, rank: int, world_size: int, init_method: str | None):
+        _limit_threads(cfg.resources.train_threads)
+        from fasync.train.trainer import Trainer
+
+        self.trainer = Trainer(cfg, rank=rank, world_size=world_size, init_method=init_method)
+
+    def train_rollout(self, samples, current_version: int):
+        return self.trainer.train_rollout(samples, current_version)
+
+    def rollout_state_dict(self):
+        return self.trainer.rollout_state_dict()
+
+    def save(self, path: str) -> None:
+        self.trainer.save(path)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class TrainerGroup:
+    """All data-parallel ranks, driven as one: every rank gets the same rollout and takes its shard."""
+
+    def __init__(self, cfg: FasyncConfig, plan: ResourcePlan):
+        world = cfg.resources.trainer_ranks
+        init_method = f"tcp://127.0.0.1:{_free_port()}" if world > 1 else None
+        options = plan.trainer_options()
+        self.ranks = [
+            TrainerActor.options(**options).remote(cfg, rank, world, init_method) for rank in range(world)
+        ]
+
+    def train_rollout(self, samples, current_version: int) -> list[dict]:
+        samples_ref = ray.put(samples)
+        results = ray.get([rank.train_rollout.remote(samples_ref, current_version) for rank in self.ranks])
+        return results[0]
+
+    def state_dict_ref(self):
+        return self.ranks[0].rollout_state_dict.remote()
+
+    def save(self, path: str) -> None:
+        ray.get(self.ranks[0].save.remote(path))
+
+    def kill(self) -> None:
+        for rank in self.ranks:
+            ray.kill(rank)
+
+
+def start_engines(cfg: FasyncConfig, plan: ResourcePlan) -> list:
+    options = plan.engine_options()
+    return [EngineActor.options(**options).remote(cfg) for _ in range(cfg.resources.num_rollout_engines)]
+
+
+def push_weights(engines: list, state_ref, version: int) -> list:
+    return [engine.load_weights.remote(state_ref, version) for engine in engines]

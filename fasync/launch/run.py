@@ -1,0 +1,172 @@
+"""`fasync train`: check the config, plan the actors, start Ray, run the driver, summarise."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from fasync.config.derived import derive
+from fasync.config.schema import FasyncConfig
+from fasync.lint.diagnostic import Severity
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _echo(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def _check(path: str, overrides: Sequence[str]):
+    """Load and lint; returns (config, resolved dict, exit code or None to go on)."""
+    from fasync.config.loader import load_config
+    from fasync.lint.engine import lint
+    from fasync.lint.formats import render
+
+    loaded = load_config(path, overrides)
+    diagnostics = lint(loaded) if loaded.config is not None else loaded.diagnostics
+    if diagnostics:
+        _echo(render(diagnostics, "text", summary=False))
+    if loaded.config is None:
+        return None, None, EXIT_USAGE
+    if any(d.severity is Severity.ERROR for d in diagnostics):
+        _echo("fasync train: the config has errors; nothing was started.")
+        return None, None, EXIT_FAILED
+    return loaded.config, loaded.raw, None
+
+
+def _run_dir(cfg: FasyncConfig, config_path: str, run_dir: str | None) -> Path:
+    chosen = run_dir or cfg.logging.run_dir
+    if chosen is None:
+        chosen = f"runs/{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = Path(chosen)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _start_ray(cfg: FasyncConfig, plan) -> None:
+    import ray
+
+    if cfg.resources.ray_address:
+        ray.init(address=cfg.resources.ray_address, logging_level="WARNING", log_to_driver=True)
+    else:
+        ray.init(num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
+                 include_dashboard=False, logging_level="WARNING", log_to_driver=True)
+
+
+def _driver(mode: str):
+    if mode == "sync":
+        from fasync.drivers.sync import run_sync
+
+        return run_sync
+    if mode == "async":
+        from fasync.drivers.async_ import run_async
+
+        return run_async
+    from fasync.drivers.fully_async import run_fully_async
+
+    return run_fully_async
+
+
+def summarize(run, started: float, outcome: str) -> dict:
+    history = run.writer.history
+    last = history[-1] if history else {}
+    summary = {
+        "outcome": outcome,
+        "stop_reason": run.stop_reason,
+        "mode": run.cfg.mode,
+        "optimizer_steps": run.step,
+        "weight_version": run.version,
+        "final_rollout_reward_mean": last.get("rollout_reward_mean"),
+        "best_rollout_reward_mean": max((r.get("rollout_reward_mean") or 0.0 for r in history), default=None),
+        "wall_time_s": round(time.monotonic() - started, 2),
+        "staleness_max": max((r.get("staleness_max") or 0 for r in history), default=0),
+        "policy_lag_max": max((r.get("policy_lag_max") or 0 for r in history), default=0),
+        "ledger": run.ledger.as_dict(),
+        "correction": {k: v for k, v in last.items() if k.startswith("is/")},
+    }
+    for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
+        summary[f"total_{phase}"] = round(sum(r.get(phase) or 0.0 for r in history), 3)
+    return summary
+
+
+def _print_summary(summary: dict, run_dir: Path, ledger_text: str) -> None:
+    _echo("")
+    _echo(f"fasync train: {summary['outcome']} ({summary['stop_reason']}) in {summary['wall_time_s']} s")
+    _echo(f"  optimizer steps {summary['optimizer_steps']}, weight version {summary['weight_version']}, "
+          f"final rollout reward {summary['final_rollout_reward_mean']}")
+    _echo(f"  staleness max {summary['staleness_max']}, policy lag max {summary['policy_lag_max']}")
+    _echo(f"  time: generate {summary['total_generate_time_s']} s, train {summary['total_train_time_s']} s, "
+          f"weight sync {summary['total_weight_sync_time_s']} s")
+    if summary["correction"]:
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(summary["correction"].items()) if v is not None)
+        _echo(f"  correction (last step): {shown}")
+    _echo(f"  samples: {ledger_text}")
+    _echo(f"  run directory: {run_dir}")
+
+
+def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None = None, dry_run: bool = False) -> int:
+    cfg, resolved, failed = _check(config_path, overrides)
+    if failed is not None:
+        return failed
+    from fasync.launch.plan import plan_resources
+
+    plan = plan_resources(cfg)
+    if dry_run:
+        _echo(plan.describe())
+        return EXIT_OK
+
+    from fasync.errors import ConfigurationError
+
+    try:
+        from fasync.drivers.common import build_factory
+
+        factory = build_factory(cfg)
+    except ConfigurationError as error:
+        _echo(f"fasync train: {error}")
+        return EXIT_FAILED
+
+    directory = _run_dir(cfg, config_path, run_dir)
+    (directory / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    (directory / "plan.txt").write_text(plan.describe() + "\n")
+    return _train(cfg, plan, factory, directory)
+
+
+def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
+    import ray
+
+    from fasync.drivers.common import Run
+    from fasync.metrics.progress import Progress
+
+    started = time.monotonic()
+    # Ctrl-C while Ray starts or the driver waits on an actor becomes a KeyboardInterrupt here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _start_ray(cfg, plan)
+    run = None
+    outcome, code = "finished", EXIT_OK
+    try:
+        with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
+                      title=f"fasync train ({cfg.mode})") as progress:
+            run = Run(cfg, derive(cfg), plan, factory, directory, progress)
+            _driver(cfg.mode)(run)
+            if cfg.checkpoint.save_final:
+                run.trainer.save(str(directory / "final.pt"))
+    except KeyboardInterrupt:
+        outcome, code = "interrupted", EXIT_INTERRUPTED
+        _echo("fasync train: interrupted, stopping all actors")
+    except Exception as error:  # noqa: BLE001 - any actor failure ends the run with its message
+        outcome, code = "failed", EXIT_FAILED
+        _echo(f"fasync train: the run failed: {type(error).__name__}: {error}")
+    finally:
+        if run is not None:
+            summary = summarize(run, started, outcome)
+            (directory / "summary.json").write_text(json.dumps(summary, indent=2))
+            _print_summary(summary, directory, run.ledger.describe())
+            run.close()
+        ray.shutdown()
+    return code
+

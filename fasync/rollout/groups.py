@@ -1,0 +1,93 @@
+"""Prompt groups: the unit every driver admits, generates, scores and trains on."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+
+from fasync.config.schema import FasyncConfig
+from fasync.rollout.types import Generation, Sample, SamplingParams
+
+
+@dataclass
+class PromptGroup:
+    group_id: int
+    prompt: str
+    label: str
+    requests: list[Generation]
+    """n_samples_per_prompt completions of the same prompt, filled in by the engines."""
+    admitted_version: int
+    resumes: int = 0
+    """How many times a weight sync interrupted this group and it was resumed from its prefix."""
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.requests)
+
+    @property
+    def oldest_version(self) -> int:
+        return min(s.oldest_version for s in self.samples)
+
+
+def sampling_params(cfg: FasyncConfig, stop_token_ids: tuple[int, ...]) -> SamplingParams:
+    rollout = cfg.rollout
+    return SamplingParams(
+        max_new_tokens=rollout.max_new_tokens,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        stop_token_ids=stop_token_ids,
+    )
+
+
+class GroupFactory:
+    """Draws prompts, turns them into generation requests and scores what comes back."""
+
+    def __init__(self, cfg: FasyncConfig, tokenizer, dataset, reward_fn):
+        self.n = cfg.rollout.n_samples_per_prompt
+        self.tokenizer = tokenizer
+        self.dataset = dataset
+        self.reward_fn = reward_fn
+        self.rng = random.Random(cfg.data.seed)
+        self._group_ids = itertools.count()
+        self._request_ids = itertools.count()
+        self.params = sampling_params(cfg, tuple(tokenizer.stop_token_ids))
+
+    def new_groups(self, count: int, version: int) -> list[PromptGroup]:
+        return [self._group(problem.prompt, problem.label, version) for problem in self.dataset.sample(count, self.rng)]
+
+    def again(self, group: PromptGroup, version: int) -> PromptGroup:
+        """A fresh group for the same prompt (regenerating one that became too stale)."""
+        return self._group(group.prompt, group.label, version)
+
+    def _group(self, prompt: str, label: str, version: int) -> PromptGroup:
+        prompt_ids = list(self.tokenizer.format_prompt(prompt))
+        requests = [Generation(request_id=next(self._request_ids), prompt_ids=prompt_ids) for _ in range(self.n)]
+        return PromptGroup(next(self._group_ids), prompt, label, requests, admitted_version=version)
+
+    def score(self, group: PromptGroup) -> PromptGroup:
+        stops = set(self.tokenizer.stop_token_ids)
+        group.samples = []
+        for gen in group.requests:
+            completion_ids = [t for t in gen.output_ids if t not in stops]
+            completion = self.tokenizer.decode(completion_ids)
+            group.samples.append(
+                Sample(
+                    group_id=group.group_id,
+                    prompt_ids=gen.prompt_ids,
+                    output_ids=gen.output_ids,
+                    behaviour_logprobs=gen.logprobs,
+                    token_versions=gen.token_versions,
+                    reward=float(self.reward_fn(completion, group.label)),
+                    label=group.label,
+                    completion=completion,
+                    finish_reason=gen.finish_reason,
+                )
+            )
+        return group
+
+
+def zero_variance(group: PromptGroup) -> bool:
+    rewards = [s.reward for s in group.samples]
+    return max(rewards) - min(rewards) < 1e-9

@@ -1,0 +1,78 @@
+"""The bounded FIFO between the rollouter and the trainer (fully_async).
+
+A full queue makes `put` wait, so the producer pauses instead of dropping;
+`shutdown` wakes every waiter so that nobody hangs when the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+
+class QueueClosed(Exception):
+    pass
+
+
+class GroupQueue:
+    def __init__(self, max_size: int):
+        if max_size < 1:
+            raise ValueError("max_size must be at least 1")
+        self.max_size = max_size
+        self._items: deque = deque()
+        self._changed = asyncio.Condition()
+        self._closed = False
+        self.total_put = 0
+        self.total_got = 0
+        self.put_wait_s = 0.0
+        self.get_wait_s = 0.0
+
+    async def put(self, item) -> None:
+        start = time.monotonic()
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._closed or len(self._items) < self.max_size)
+            if self._closed:
+                raise QueueClosed("queue is shut down")
+            self._items.append(item)
+            self.total_put += 1
+            self.put_wait_s += time.monotonic() - start
+            self._changed.notify_all()
+
+    async def get(self, count: int, timeout: float | None = None) -> list:
+        """The oldest `count` items, waiting until there are that many; fewer only on timeout or shutdown."""
+        start = time.monotonic()
+        async with self._changed:
+            try:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self._closed or len(self._items) >= count), timeout
+                )
+            except asyncio.TimeoutError:
+                pass
+            taken = [self._items.popleft() for _ in range(min(count, len(self._items)))]
+            self.total_got += len(taken)
+            self.get_wait_s += time.monotonic() - start
+            self._changed.notify_all()
+            return taken
+
+    def size(self) -> int:
+        return len(self._items)
+
+    def stats(self) -> dict:
+        return {
+            "queue_size": len(self._items),
+            "queue_max_size": self.max_size,
+            "queue_total_put": self.total_put,
+            "queue_total_got": self.total_got,
+            "queue_put_wait_s": self.put_wait_s,
+            "queue_get_wait_s": self.get_wait_s,
+        }
+
+    async def shutdown(self) -> list:
+        """Close the queue and return what was left in it."""
+        async with self._changed:
+            self._closed = True
+            left = list(self._items)
+            self._items.clear()
+            self._changed.notify_all()
+            return left

@@ -1,0 +1,197 @@
+"""The rollouter (fully_async): streams prompt groups through the engines into the queue.
+
+Admission is version-based (bounded staleness, as in AReaL): the group about to
+be admitted will be trained in drain d = (groups ahead of it) // batch_size, at
+trainer version d // update_weights_interval; it is admitted only if that is at
+most `max_weight_staleness` versions ahead of the weights it would be generated
+with. Admission also stops while the queue plus the groups in flight would
+overflow the queue, or the engines already generate `max_concurrent_samples`.
+
+Each engine has at most one generate call outstanding, so a weight sync only
+has to wait for (or, with partial rollout, abort) that call before loading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter, deque
+
+from fasync.config.derived import derive
+from fasync.config.schema import FasyncConfig
+from fasync.rollout.groups import PromptGroup, zero_variance
+from fasync.rollout.queue import QueueClosed
+
+IDLE_POLL_S = 0.02
+"""How long an engine loop with nothing admissible sleeps before looking again."""
+
+
+class Rollouter:
+    def __init__(self, cfg: FasyncConfig, engines: list, queue, factory):
+        self.cfg = cfg
+        self.derived = derive(cfg)
+        self.engines = engines
+        self.queue = queue
+        self.factory = factory
+        self.n = cfg.rollout.n_samples_per_prompt
+        self.version = 0
+        self.partial = cfg.async_.partial_rollout
+        self.group_chunk = max(1, math.ceil(self.derived.max_concurrent_samples / self.n / len(engines)))
+        self._running = asyncio.Event()
+        self._running.set()
+        self._stopping = False
+        self._calls = 0
+        self._calls_done = asyncio.Condition()
+        self._retry: deque[PromptGroup] = deque()
+        # Ledger, in samples: produced = in_flight + dropped + put.
+        self.produced = 0
+        self.in_flight = 0
+        self.put = 0
+        self.dropped: Counter = Counter()
+        self.groups_admitted = 0
+        self.groups_dropped = 0
+        self.pause_s = 0.0
+        self.syncs = 0
+        self.resumed_groups = 0
+
+    # -- admission -------------------------------------------------------------------------------
+
+    def _groups_ahead(self) -> int:
+        """Groups admitted so far that are still headed for training: consumed, queued or in flight."""
+        return self.groups_admitted - self.groups_dropped
+
+    def _fresh_enough(self, ahead: int) -> bool:
+        bound = self.cfg.async_.max_weight_staleness
+        if bound is None:
+            return True
+        drain = ahead // self.cfg.rollout.batch_size
+        return drain // self.cfg.async_.update_weights_interval - self.version <= bound
+
+    async def _admit(self) -> list[PromptGroup]:
+        queued = await self.queue.size.remote()
+        room = self.derived.max_queue_size - queued - self.in_flight // self.n
+        slots = (self.derived.max_concurrent_samples - self.in_flight) // self.n
+        count = 0
+        while count < min(room, slots, self.group_chunk) and self._fresh_enough(self._groups_ahead() + count):
+            count += 1
+        groups = []
+        while self._retry and len(groups) < count:
+            groups.append(self.factory.again(self._retry.popleft(), self.version))
+        groups += self.factory.new_groups(count - len(groups), self.version)
+        self.groups_admitted += len(groups)
+        admitted = sum(g.size for g in groups)
+        self.produced += admitted
+        self.in_flight += admitted
+        return groups
+
+    # -- generation ------------------------------------------------------------------------------
+
+    async def _generate(self, engine, groups: list[PromptGroup]) -> None:
+        """Run the groups' requests to completion, resuming aborted ones from their prefix after a sync."""
+        by_id = {req.request_id: req for group in groups for req in group.requests}
+        pending = list(by_id.values())
+        interrupted: set[int] = set()
+        while pending:
+            await self._running.wait()
+            if self._stopping:
+                return
+            self._calls += 1
+            try:
+                results = await engine.generate.remote(pending, self.factory.params)
+            finally:
+                self._calls -= 1
+                async with self._calls_done:
+                    self._calls_done.notify_all()
+            for gen in results:
+                by_id[gen.request_id] = gen
+            pending = [gen for gen in results if not gen.finished]
+            for gen in pending:
+                interrupted.add(gen.request_id)
+        for group in groups:
+            group.requests = [by_id[req.request_id] for req in group.requests]
+            if any(req.request_id in interrupted for req in group.requests):
+                group.resumes += 1
+                self.resumed_groups += 1
+
+    async def _deliver(self, group: PromptGroup) -> None:
+        self.factory.score(group)
+        if self.cfg.rollout.dynamic_sampling and zero_variance(group):
+            self._drop(group, "zero_variance")
+            return
+        await self.queue.put.remote(group)
+        self.in_flight -= group.size
+        self.put += group.size
+
+    def _drop(self, group: PromptGroup, reason: str) -> None:
+        self.in_flight -= group.size
+        self.dropped[reason] += group.size
+        self.groups_dropped += 1
+
+    async def _engine_loop(self, engine) -> None:
+        while not self._stopping:
+            await self._running.wait()
+            if self._stopping:
+                break
+            groups = await self._admit()
+            if not groups:
+                await asyncio.sleep(IDLE_POLL_S)
+                continue
+            await self._generate(engine, groups)
+            if self._stopping:
+                for group in groups:
+                    self._drop(group, "unfinished_at_stop")
+                break
+            for group in groups:
+                try:
+                    await self._deliver(group)
+                except QueueClosed:
+                    self._drop(group, "unfinished_at_stop")
+
+    async def run(self) -> dict:
+        await asyncio.gather(*(self._engine_loop(engine) for engine in self.engines))
+        return self.ledger()
+
+    # -- control from the driver -----------------------------------------------------------------
+
+    async def update_weights(self, state_dict, version: int) -> float:
+        """Pause generation, load `version` into every engine, resume; returns the pause in seconds.
+
+        With partial rollout the call in flight is aborted and its unfinished requests resume from their
+        prefix under the new weights; without, it finishes under the old weights first."""
+        start = time.monotonic()
+        self._running.clear()
+        if self.partial:
+            await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
+        async with self._calls_done:
+            await self._calls_done.wait_for(lambda: self._calls == 0)
+        await asyncio.gather(*(engine.load_weights.remote(state_dict, version) for engine in self.engines))
+        self.version = version
+        self.syncs += 1
+        self._running.set()
+        paused = time.monotonic() - start
+        self.pause_s += paused
+        return paused
+
+    def report_stale(self, groups: list[PromptGroup]) -> None:
+        """The trainer found these groups too stale to train on: free their places and maybe regenerate."""
+        self.groups_dropped += len(groups)
+        if self.cfg.async_.stale_policy == "regenerate":
+            self._retry.extend(groups)
+
+    async def stop(self) -> dict:
+        self._stopping = True
+        self._running.set()
+        await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
+        return self.ledger()
+
+    def ledger(self) -> dict:
+        return {
+            "produced": self.produced,
+            "in_flight": self.in_flight,
+            "put": self.put,
+            "dropped": dict(self.dropped),
+            "version": self.version,
+            "pause_s": self.pause_s,
+            "resumed_groups": self.resumed_groups,
+        }
