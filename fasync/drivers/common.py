@@ -72,7 +72,7 @@ class Run:
     """State every driver keeps: the actors, the weight version, the ledger and the step records."""
 
     def __init__(self, cfg: FasyncConfig, derived: Derived, plan: ResourcePlan, factory: GroupFactory,
-                 run_dir: Path, progress: Progress):
+                 run_dir: Path, progress: Progress, engines: list | None = None):
         self.cfg = cfg
         self.derived = derived
         self.plan = plan
@@ -82,7 +82,7 @@ class Run:
         self.ledger = Ledger()
         self.ledger_lock = threading.Lock()
         self.factory = factory
-        self.engines = start_engines(cfg, plan)
+        self.engines = engines if engines is not None else start_engines(cfg, plan)
         self.trainer = TrainerGroup(cfg, plan)
         self.version = 0
         self.step = 0
