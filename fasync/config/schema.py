@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Mode = Literal["sync", "async", "fully_async"]
 
@@ -158,14 +158,33 @@ class CorrectionConfig(Section):
     )
     weight_upper: float = Field(2.0, gt=0.0, description="Truncate importance weights above this.")
     weight_lower: Optional[float] = Field(None, ge=0.0, description="Truncate importance weights below this. Null: no lower bound.")
-    batch_normalize: bool = Field(False, description="Rescale the importance weights to mean 1 over the batch.")
+    batch_normalize: bool = Field(
+        False, description="Rescale the importance weights to mean 1 over the batch's kept tokens."
+    )
     reject_token_ratio: Optional[tuple[float, float]] = Field(
         None, description="Mask tokens whose ratio falls outside [low, high]."
     )
     reject_sequence_ratio: Optional[tuple[float, float]] = Field(
         None, description="Mask sequences whose geometric-mean ratio falls outside [low, high]."
     )
-    reject_kl: Optional[float] = Field(None, gt=0.0, description="Mask sequences whose mean k3 KL exceeds this.")
+    reject_kl: Optional[float] = Field(
+        None,
+        gt=0.0,
+        description="Mask sequences whose mean k3 estimate of KL(behaviour ‖ training) over their tokens exceeds this.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds_are_ordered(self) -> CorrectionConfig:
+        # An inverted interval would silently reject (or truncate) every token.
+        intervals = {
+            "weight_lower/weight_upper": (self.weight_lower, self.weight_upper),
+            "reject_token_ratio": self.reject_token_ratio,
+            "reject_sequence_ratio": self.reject_sequence_ratio,
+        }
+        for name, bounds in intervals.items():
+            if bounds is not None and bounds[0] is not None and bounds[0] > bounds[1]:
+                raise ValueError(f"correction.{name}: low {bounds[0]} is above high {bounds[1]}")
+        return self
 
 
 class ResourcesConfig(Section):
