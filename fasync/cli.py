@@ -1,0 +1,145 @@
+"""The `fasync` command line. Each command is a thin wrapper around a package function.
+
+Imports stay inside the commands so that `fasync check` loads only what it uses (never torch,
+ray or vllm).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Launcher and linter for sync, async and fully-async RL post-training.")
+config_app = typer.Typer(no_args_is_help=True, help="Inspect resolved configs.")
+app.add_typer(config_app, name="config")
+
+EXIT_USAGE = 2
+
+
+class CheckFormat(str, Enum):
+    text = "text"
+    concise = "concise"
+    json = "json"
+    github = "github"
+    sarif = "sarif"
+
+
+class TableFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class ShowFormat(str, Enum):
+    text = "text"
+    yaml = "yaml"
+    json = "json"
+
+
+def split_targets(targets: list[str]) -> tuple[list[str], list[str]]:
+    """(files, overrides): an argument with `=` that is not an existing file is an override."""
+    files = [t for t in targets if "=" not in t or Path(t).exists()]
+    return files, [t for t in targets if t not in files]
+
+
+def _codes(text: str | None) -> list[str] | None:
+    return [c.strip() for c in text.split(",") if c.strip()] if text else None
+
+
+def _fail(message: str) -> None:
+    typer.echo(message, err=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _use_color() -> bool:
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+@app.command()
+def check(
+    targets: Annotated[list[str], typer.Argument(metavar="FILE... [KEY=VALUE...]",
+                                                 help="Config files, then overrides applied to every file.")],
+    format: Annotated[CheckFormat, typer.Option("--format", help="Output format.")] = CheckFormat.text,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings fail the check too.")] = False,
+    select: Annotated[str | None, typer.Option(help="Only these rule codes or prefixes (comma list).")] = None,
+    ignore: Annotated[str | None, typer.Option(help="Skip these rule codes or prefixes (comma list).")] = None,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even with findings (2 still means "
+                                            "a config could not be loaded).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line.")] = False,
+) -> None:
+    """Lint config files. Exit 0: clean, 1: errors (or warnings with --strict), 2: unloadable or bad usage."""
+    from fasync.lint.engine import check_files, exit_code
+    from fasync.lint.formats import render
+
+    files, overrides = split_targets(targets)
+    if not files:
+        _fail("fasync check: no config file given (arguments with `=` are overrides)")
+    run = check_files(files, overrides, _codes(select), _codes(ignore))
+    output = render(run.diagnostics, format.value, summary=not quiet, files=run.files,
+                    color=format is CheckFormat.text and _use_color())
+    if output:
+        typer.echo(output)
+    raise typer.Exit(exit_code(run, strict=strict, exit_zero=exit_zero))
+
+
+@app.command("rules")
+def list_rules(
+    format: Annotated[TableFormat, typer.Option("--format", help="Output format.")] = TableFormat.text,
+) -> None:
+    """List every diagnostic code: load problems (F...) and lint rules."""
+    from fasync.docs import rules_table
+
+    typer.echo(rules_table(format.value))
+
+
+@app.command("rule")
+def explain_rule(code: Annotated[str, typer.Argument(help="A code from `fasync rules`, e.g. F006.")]) -> None:
+    """Explain one rule: what it does, why it matters, a failing and a fixed example."""
+    from fasync.docs import explain
+    from fasync.lint.engine import catalogue
+
+    entry = catalogue().get(code.upper())
+    if entry is None:
+        _fail(f"fasync rule: unknown code {code!r}; `fasync rules` lists them")
+    typer.echo(explain(entry))
+
+
+@config_app.command("show")
+def config_show(
+    targets: Annotated[list[str], typer.Argument(metavar="FILE [KEY=VALUE...]")],
+    format: Annotated[ShowFormat, typer.Option("--format", help="Output format.")] = ShowFormat.text,
+) -> None:
+    """Print the resolved config, where each value was set, and the derived quantities."""
+    from fasync.config.loader import load_config
+    from fasync.config.show import show
+    from fasync.lint.formats import render
+
+    files, overrides = split_targets(targets)
+    if len(files) != 1:
+        _fail("fasync config show: give exactly one config file")
+    result = load_config(files[0], overrides)
+    if result.config is None:
+        typer.echo(render(result.diagnostics, "text", files=1, color=_use_color()), err=True)
+        raise typer.Exit(EXIT_USAGE)
+    typer.echo(show(result, format.value))
+
+
+@app.command()
+def schema() -> None:
+    """Print the config's JSON Schema (draft-07) for editor completion and validation."""
+    from fasync.docs import render_schema_json
+
+    typer.echo(render_schema_json(), nl=False)
+
+
+def main() -> None:
+    app(prog_name="fasync")
+
+
+if __name__ == "__main__":
+    main()

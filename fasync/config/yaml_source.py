@@ -1,0 +1,185 @@
+"""Reading one YAML file into plain data plus the line and column of every key.
+
+The value tree is built from PyYAML's composed node tree rather than `safe_load`, because
+the nodes carry marks (positions) and because `safe_load` silently keeps the last of two
+equal keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from fasync.config import problems
+from fasync.config.provenance import KeyPath, format_key
+from fasync.lint.diagnostic import Diagnostic, Location, Severity
+
+# Alias expansion can grow a small file exponentially ("billion laughs"); no config needs this many nodes.
+MAX_NODES = 20_000
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader whose timestamps stay strings: a config holds no dates."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
+
+
+@dataclass
+class Layer:
+    file: str
+    data: dict
+    positions: dict[KeyPath, Location] = field(default_factory=dict)
+
+
+class _Unreadable(Exception):
+    """A construct a config cannot hold; becomes an F002 diagnostic at `mark`."""
+
+    def __init__(self, message: str, mark):
+        super().__init__(message)
+        self.mark = mark
+
+
+def load_error(code: str, message: str, location: Location | None, help: str | None = None,
+          key: str | None = None) -> Diagnostic:
+    return Diagnostic(code, Severity.ERROR, message, key, location, help)
+
+
+class _Builder:
+    def __init__(self, file: str, loader: _Loader):
+        self.file = file
+        self.loader = loader
+        self.positions: dict[KeyPath, Location] = {}
+        self.duplicates: list[Diagnostic] = []
+        self._open: set[int] = set()
+        self._nodes = 0
+
+    def at(self, node: Node) -> Location:
+        return Location(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def scalar(self, node: ScalarNode):
+        try:
+            return _plain(self.loader.construct_object(node))
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+            # PyYAML lets explicit tags it cannot honour (`!!int abc`, `!!bool maybe`) escape as plain errors.
+            raise _Unreadable(f"cannot read {node.value!r} as {node.tag}", node.start_mark) from exc
+
+    def build(self, node: Node, path: KeyPath, positions: dict[KeyPath, Location]):
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise _Unreadable(f"the document expands to more than {MAX_NODES} values (aliases?)", node.start_mark)
+        if isinstance(node, ScalarNode):
+            return self.scalar(node)
+        if id(node) in self._open:
+            raise _Unreadable("a recursive alias: this value contains itself", node.start_mark)
+        self._open.add(id(node))
+        try:
+            if isinstance(node, SequenceNode):
+                items = []
+                for index, item in enumerate(node.value):
+                    positions[path + (index,)] = self.at(item)
+                    items.append(self.build(item, path + (index,), positions))
+                return items
+            return self._mapping(node, path, positions)
+        finally:
+            self._open.discard(id(node))
+
+    def _mapping(self, node: MappingNode, path: KeyPath, positions: dict[KeyPath, Location]) -> dict:
+        out: dict = {}
+        first_seen: dict[str, Location] = {}
+        merges: list[Node] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                merges.extend(value_node.value if isinstance(value_node, SequenceNode) else [value_node])
+                continue
+            if not isinstance(key_node, ScalarNode):
+                raise _Unreadable("a key must be a plain scalar, not a list or mapping", key_node.start_mark)
+            key = str(self.scalar(key_node))
+            location = self.at(key_node)
+            if key in first_seen:
+                self.duplicates.append(load_error(
+                    problems.DUPLICATE_KEY, f"duplicate key `{key}`: this value replaces the one on line "
+                    f"{first_seen[key].line}", location,
+                    help="delete one of the two; YAML keeps only the last", key=format_key(path + (key,))))
+            first_seen[key] = location
+            positions[path + (key,)] = location
+            out[key] = self.build(value_node, path + (key,), positions)
+        # `<<: *base` merge keys: explicit keys win, then earlier merge sources over later ones.
+        for source in merges:
+            if not isinstance(source, MappingNode):
+                raise _Unreadable("a `<<` merge key needs a mapping or a list of mappings", source.start_mark)
+            source_positions: dict[KeyPath, Location] = {}
+            merged = self._mapping(source, path, source_positions)
+            for key, value in merged.items():
+                if key not in out:
+                    out[key] = value
+                    prefix = path + (key,)
+                    positions.update({p: loc for p, loc in source_positions.items() if p[: len(prefix)] == prefix})
+        return out
+
+
+def _plain(value):
+    """Scalars other than str/int/float/bool/null (binary, odd tags) become strings."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _mark_location(file: str, mark) -> Location:
+    return Location(file, mark.line + 1, mark.column + 1) if mark is not None else Location(file, 1, 1)
+
+
+def _syntax_error(file: str, text: bytes, exc: yaml.YAMLError) -> Diagnostic:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        location = _mark_location(file, exc.problem_mark or exc.context_mark)
+        parts = [exc.context, exc.problem]
+        message = "; ".join(p for p in parts if p) or "invalid YAML"
+    elif isinstance(exc, yaml.reader.ReaderError):
+        before = text[: exc.position]
+        location = Location(file, before.count(b"\n") + 1, len(before) - before.rfind(b"\n"))
+        message = f"unreadable character: {exc.reason}"
+    else:
+        location, message = Location(file, 1, 1), str(exc)
+    return load_error(problems.YAML_SYNTAX, f"YAML syntax error: {message}", location,
+                 help="fix the YAML at this position; nothing in this file was loaded")
+
+
+def _parse(text: bytes, file: str):
+    loader = _Loader(text)
+    try:
+        builder = _Builder(file, loader)
+        root = loader.get_single_node()
+        return (builder.build(root, (), builder.positions) if root is not None else {}), builder
+    finally:
+        loader.dispose()
+
+
+def read_layer(path: Path, file: str, named_at: Location | None) -> tuple[Layer | None, list[Diagnostic]]:
+    """Parse one file. `named_at` is where it was named (an `extends` entry), for file errors."""
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or type(exc).__name__)
+        where = named_at or Location(file, 1, 1)
+        return None, [load_error(problems.FILE_NOT_FOUND, f"cannot read `{file}`: {reason}", where,
+                            help="check the path; `extends` paths are relative to the file that names them")]
+    try:
+        data, builder = _parse(text, file)
+    except yaml.YAMLError as exc:
+        return None, [_syntax_error(file, text, exc)]
+    except _Unreadable as exc:
+        return None, [load_error(problems.YAML_SYNTAX, f"unsupported YAML: {exc}", _mark_location(file, exc.mark),
+                                 help="write the value out plainly")]
+    except RecursionError:
+        return None, [load_error(problems.YAML_SYNTAX, "the document is nested too deeply", Location(file, 1, 1))]
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"the scalar {data!r}"
+        return None, [load_error(problems.NOT_A_MAPPING, f"the top level of `{file}` is {kind}, not a mapping",
+                            Location(file, 1, 1), help="a config is `key: value` pairs, e.g. `mode: sync`")]
+    return Layer(file, data, builder.positions), builder.duplicates
