@@ -158,15 +158,17 @@ def _interpolated_paths(value: Any, prefix: KeyPath = ()) -> list[KeyPath]:
 
 
 def _interpolate(merged: dict, provenance: Provenance, diagnostics: list[Diagnostic]) -> dict:
-    """Resolve `${...}` with OmegaConf (imported only when some value needs it)."""
+    """Resolve `${...}` with OmegaConf (imported only when some value needs it); defaults can be referenced."""
     paths = _interpolated_paths(merged)
     if not paths:
         return merged
     from omegaconf import OmegaConf
 
     resolved = copy.deepcopy(merged)
+    with_defaults = FasyncConfig().model_dump(by_alias=True, mode="json")
+    _merge(with_defaults, copy.deepcopy(merged), {}, Provenance(""))
     try:
-        tree = OmegaConf.create(merged)
+        tree = OmegaConf.create(with_defaults)
     except Exception as exc:  # noqa: BLE001 - OmegaConf rejects some trees with assorted exception types
         diagnostics.append(load_error(problems.BAD_INTERPOLATION, f"cannot interpolate this config: {_first_line(exc)}",
                                       provenance.origin(paths[0]), key=format_key(paths[0])))

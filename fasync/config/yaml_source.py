@@ -64,7 +64,7 @@ class _Builder:
     def scalar(self, node: ScalarNode):
         try:
             return _plain(self.loader.construct_object(node))
-        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        except (ValueError, LookupError, TypeError, OverflowError) as exc:
             # PyYAML lets explicit tags it cannot honour (`!!int abc`, `!!bool maybe`) escape as plain errors.
             raise _Unreadable(f"cannot read {node.value!r} as {node.tag}", node.start_mark) from exc
 
@@ -138,8 +138,10 @@ def _mark_location(file: str, mark) -> Location:
 def _syntax_error(file: str, text: bytes, exc: yaml.YAMLError) -> Diagnostic:
     if isinstance(exc, yaml.MarkedYAMLError):
         location = _mark_location(file, exc.problem_mark or exc.context_mark)
-        parts = [exc.context, exc.problem]
-        message = "; ".join(p for p in parts if p) or "invalid YAML"
+        context = exc.context
+        if context and exc.context_mark is not None and exc.context_mark is not exc.problem_mark:
+            context += f" (line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        message = "; ".join(p for p in (context, exc.problem) if p) or "invalid YAML"
     elif isinstance(exc, yaml.reader.ReaderError):
         before = text[: exc.position]
         location = Location(file, before.count(b"\n") + 1, len(before) - before.rfind(b"\n"))

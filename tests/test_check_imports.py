@@ -1,0 +1,30 @@
+"""The check path never imports torch, ray or vllm (it must start fast and run in CI without them)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = {"torch", "ray", "vllm"}
+CONFIG = Path(__file__).parent / "configs" / "loader" / "grandchild.yaml"
+
+
+def imported_modules(*args: str) -> set[str]:
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "fasync.cli", *args],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode in (0, 1), run.stdout + run.stderr
+    names = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "fasync.config.schema" in names  # the command really ran
+    return {name.split(".")[0] for name in names}
+
+
+@pytest.mark.parametrize("args", [
+    ("check", str(CONFIG)),
+    ("check", "--format", "sarif", str(CONFIG), "train.lr=1e-2"),
+    ("config", "show", str(CONFIG)),
+    ("rules",),
+    ("schema",),
+], ids=lambda a: " ".join(a[:2]))
+def test_no_heavy_imports(args):
+    assert imported_modules(*args) & HEAVY == set()
