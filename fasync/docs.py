@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 import typing
 from pathlib import Path
 from typing import Union
@@ -22,7 +23,7 @@ _CONSTRAINTS = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
 
 def type_name(annotation) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Union:
+    if origin in (Union, types.UnionType):
         return " \\| ".join(type_name(a) for a in args)
     if origin is typing.Literal:
         return " \\| ".join(f"`{show_value(a)}`" for a in args)

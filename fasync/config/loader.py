@@ -17,9 +17,11 @@ from typing import Any
 import yaml
 
 from fasync.config import problems
+from fasync.config.problems import report
 from fasync.config.provenance import CLI_FILE, KeyPath, Provenance, format_key
 from fasync.config.schema import FasyncConfig
-from fasync.config.yaml_source import Layer, load_error, read_layer
+from fasync.config.schema_errors import validate
+from fasync.config.yaml_source import Layer, read_layer
 from fasync.lint.diagnostic import Diagnostic, Location, Severity
 
 
@@ -43,9 +45,6 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadResult:
     for index, override in enumerate(overrides, start=1):
         _apply_override(merged, override, Location(CLI_FILE, index, 1), provenance, diagnostics)
     raw = _interpolate(merged, provenance, diagnostics)
-
-    from fasync.config.schema_errors import validate
-
     config, schema_diagnostics = validate(raw, provenance)
     diagnostics.extend(schema_diagnostics)
     if any(d.severity is Severity.ERROR for d in diagnostics):
@@ -59,7 +58,7 @@ def _layers(path: Path, file: str, chain: tuple[tuple[Path, str], ...], named_at
     resolved = path.resolve()
     if any(resolved == seen for seen, _ in chain):
         loop = " → ".join([name for _, name in chain] + [file])
-        diagnostics.append(load_error(problems.EXTENDS_CYCLE, f"`extends` cycle: {loop}", named_at,
+        diagnostics.append(report(problems.EXTENDS_CYCLE, f"`extends` cycle: {loop}", named_at,
                                       help="remove the `extends` entry that points back", key="extends"))
         return []
     layer, found = read_layer(path, file, named_at)
@@ -86,7 +85,7 @@ def _bases(layer: Layer, diagnostics: list[Diagnostic]) -> list[tuple[str, Locat
         [(item, item_locations.get(i, key_location)) for i, item in enumerate(value)]
         if isinstance(value, list) else None)
     if entries is None or any(not isinstance(item, str) or not item for item, _ in entries):
-        diagnostics.append(load_error(problems.INVALID_EXTENDS, "`extends` must be a path or a list of paths",
+        diagnostics.append(report(problems.INVALID_EXTENDS, "`extends` must be a path or a list of paths",
                                       key_location, help="e.g. `extends: base.yaml` or `extends: [a.yaml, b.yaml]`",
                                       key="extends"))
         return []
@@ -119,7 +118,7 @@ def _apply_override(merged: dict, override: str, location: Location, provenance:
         except yaml.YAMLError as exc:
             problem = f"`{override}`: the value is not valid YAML ({str(exc).splitlines()[0]})"
     if problem is not None:
-        diagnostics.append(load_error(problems.INVALID_OVERRIDE, problem, location,
+        diagnostics.append(report(problems.INVALID_OVERRIDE, problem, location,
                                       help="write overrides as dotted.key=value, e.g. train.lr=1e-4"))
         return
     value = _plain_tree(value)
@@ -170,7 +169,7 @@ def _interpolate(merged: dict, provenance: Provenance, diagnostics: list[Diagnos
     try:
         tree = OmegaConf.create(with_defaults)
     except Exception as exc:  # noqa: BLE001 - OmegaConf rejects some trees with assorted exception types
-        diagnostics.append(load_error(problems.BAD_INTERPOLATION, f"cannot interpolate this config: {_first_line(exc)}",
+        diagnostics.append(report(problems.BAD_INTERPOLATION, f"cannot interpolate this config: {_first_line(exc)}",
                                       provenance.origin(paths[0]), key=format_key(paths[0])))
         return resolved
     for path in paths:
@@ -180,7 +179,7 @@ def _interpolate(merged: dict, provenance: Provenance, diagnostics: list[Diagnos
                 node = node[segment]
             value = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
         except Exception as exc:  # noqa: BLE001 - resolvers (oc.env, oc.decode, ...) raise assorted errors
-            diagnostics.append(load_error(
+            diagnostics.append(report(
                 problems.BAD_INTERPOLATION, f"`{format_key(path)}`: cannot resolve "
                 f"{_get(merged, path)!r}: {_first_line(exc)}", provenance.origin(path),
                 help="interpolations name a key of the merged config (`${train.lr}`) or an environment "

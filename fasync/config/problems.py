@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fasync.lint.diagnostic import Severity
+from fasync.lint.diagnostic import Diagnostic, Location, Severity
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,12 @@ class Problem:
     why: str
     bad_example: str
     good_example: str
+
+
+def report(code: str, message: str, location: Location | None, help: str | None = None,
+           key: str | None = None) -> Diagnostic:
+    """A diagnostic for one of these problems (they are all errors)."""
+    return Diagnostic(code, PROBLEMS[code].severity, message, key, location, help)
 
 
 def _problem(code: str, name: str, summary: str, *, what: str, why: str, bad: str, good: str) -> Problem:

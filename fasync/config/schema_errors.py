@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from fasync.config import problems
 from fasync.config.fields import default_value, field_at, iter_fields, section_fields, show_value
+from fasync.config.problems import report
 from fasync.config.provenance import KeyPath, Provenance, format_key
 from fasync.config.schema import FasyncConfig
-from fasync.config.yaml_source import load_error
 from fasync.lint.diagnostic import Diagnostic
 from fasync.lint.migration import describe, migration_for, normalize
 
@@ -36,7 +36,7 @@ def _diagnostics(error: dict, raw: dict, provenance: Provenance) -> Iterator[Dia
     value = error.get("input")
     if not isinstance(value, (dict, list)) and path == loc:
         message += f" (got {_short(value)})"
-    yield load_error(problems.INVALID_VALUE, f"`{key}`: {message}" if key else message, provenance.origin(path),
+    yield report(problems.INVALID_VALUE, f"`{key}`: {message}" if key else message, provenance.origin(path),
                      help=_field_help(path), key=key)
 
 
@@ -72,8 +72,8 @@ def _unknown_key(path: KeyPath, provenance: Provenance) -> Diagnostic:
     migration = migration_for(str(path[-1]))
     if migration is not None:
         message, help = describe(key, migration)
-        return load_error(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=key)
-    return load_error(problems.UNKNOWN_KEY, f"unknown key `{key}`", provenance.origin(path),
+        return report(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=key)
+    return report(problems.UNKNOWN_KEY, f"unknown key `{key}`", provenance.origin(path),
                       help=_suggestion(path), key=key)
 
 
@@ -99,5 +99,5 @@ def _foreign_keys_within(value: Any, prefix: KeyPath, provenance: Provenance) ->
         migration = migration_for(str(name))
         if migration is not None:
             message, help = describe(format_key(path), migration)
-            yield load_error(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=format_key(path))
+            yield report(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=format_key(path))
         yield from _foreign_keys_within(child, path, provenance)

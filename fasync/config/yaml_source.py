@@ -14,8 +14,9 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from fasync.config import problems
+from fasync.config.problems import report
 from fasync.config.provenance import KeyPath, format_key
-from fasync.lint.diagnostic import Diagnostic, Location, Severity
+from fasync.lint.diagnostic import Diagnostic, Location
 
 # Alias expansion can grow a small file exponentially ("billion laughs"); no config needs this many nodes.
 MAX_NODES = 20_000
@@ -42,11 +43,6 @@ class _Unreadable(Exception):
     def __init__(self, message: str, mark):
         super().__init__(message)
         self.mark = mark
-
-
-def load_error(code: str, message: str, location: Location | None, help: str | None = None,
-          key: str | None = None) -> Diagnostic:
-    return Diagnostic(code, Severity.ERROR, message, key, location, help)
 
 
 class _Builder:
@@ -101,7 +97,7 @@ class _Builder:
             key = str(self.scalar(key_node))
             location = self.at(key_node)
             if key in first_seen:
-                self.duplicates.append(load_error(
+                self.duplicates.append(report(
                     problems.DUPLICATE_KEY, f"duplicate key `{key}`: this value replaces the one on line "
                     f"{first_seen[key].line}", location,
                     help="delete one of the two; YAML keeps only the last", key=format_key(path + (key,))))
@@ -148,7 +144,7 @@ def _syntax_error(file: str, text: bytes, exc: yaml.YAMLError) -> Diagnostic:
         message = f"unreadable character: {exc.reason}"
     else:
         location, message = Location(file, 1, 1), str(exc)
-    return load_error(problems.YAML_SYNTAX, f"YAML syntax error: {message}", location,
+    return report(problems.YAML_SYNTAX, f"YAML syntax error: {message}", location,
                  help="fix the YAML at this position; nothing in this file was loaded")
 
 
@@ -169,19 +165,19 @@ def read_layer(path: Path, file: str, named_at: Location | None) -> tuple[Layer 
     except OSError as exc:
         reason = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or type(exc).__name__)
         where = named_at or Location(file, 1, 1)
-        return None, [load_error(problems.FILE_NOT_FOUND, f"cannot read `{file}`: {reason}", where,
+        return None, [report(problems.FILE_NOT_FOUND, f"cannot read `{file}`: {reason}", where,
                             help="check the path; `extends` paths are relative to the file that names them")]
     try:
         data, builder = _parse(text, file)
     except yaml.YAMLError as exc:
         return None, [_syntax_error(file, text, exc)]
     except _Unreadable as exc:
-        return None, [load_error(problems.YAML_SYNTAX, f"unsupported YAML: {exc}", _mark_location(file, exc.mark),
+        return None, [report(problems.YAML_SYNTAX, f"unsupported YAML: {exc}", _mark_location(file, exc.mark),
                                  help="write the value out plainly")]
     except RecursionError:
-        return None, [load_error(problems.YAML_SYNTAX, "the document is nested too deeply", Location(file, 1, 1))]
+        return None, [report(problems.YAML_SYNTAX, "the document is nested too deeply", Location(file, 1, 1))]
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"the scalar {data!r}"
-        return None, [load_error(problems.NOT_A_MAPPING, f"the top level of `{file}` is {kind}, not a mapping",
+        return None, [report(problems.NOT_A_MAPPING, f"the top level of `{file}` is {kind}, not a mapping",
                             Location(file, 1, 1), help="a config is `key: value` pairs, e.g. `mode: sync`")]
     return Layer(file, data, builder.positions), builder.duplicates

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fasync.config.derived import derive
 from fasync.config.loader import LoadResult, load_config
-from fasync.config.problems import INTERNAL_ERROR, PROBLEMS, Problem
+from fasync.config.problems import INTERNAL_ERROR, PROBLEMS, Problem, report
 from fasync.lint.diagnostic import Diagnostic, Severity
 from fasync.lint.registry import RULES, Rule
 
@@ -59,9 +59,8 @@ def _rule_diagnostics(result: LoadResult, select: Sequence[str] | None, ignore: 
         try:
             findings = list(rule.check(config, derived))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not hide the others' findings
-            out.append(Diagnostic(INTERNAL_ERROR, Severity.ERROR, f"rule {rule.code} ({rule.name}) crashed: "
-                                  f"{type(exc).__name__}: {exc}", None, result.provenance.origin(()),
-                                  "this is a bug in fasync; please report it with this config"))
+            out.append(report(INTERNAL_ERROR, f"rule {rule.code} ({rule.name}) crashed: {type(exc).__name__}: {exc}",
+                              result.provenance.origin(()), "this is a bug in fasync; please report it with this config"))
             continue
         out += [Diagnostic(rule.code, rule.severity, f.message, f.key, result.provenance.origin(f.key), f.help)
                 for f in findings]
