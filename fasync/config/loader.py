@@ -59,7 +59,7 @@ def _layers(path: Path, file: str, chain: tuple[tuple[Path, str], ...], named_at
     if any(resolved == seen for seen, _ in chain):
         loop = " → ".join([name for _, name in chain] + [file])
         diagnostics.append(report(problems.EXTENDS_CYCLE, f"`extends` cycle: {loop}", named_at,
-                                      help="remove the `extends` entry that points back", key="extends"))
+                                  help="remove the `extends` entry that points back", key="extends"))
         return []
     layer, found = read_layer(path, file, named_at)
     diagnostics.extend(found)
@@ -86,8 +86,8 @@ def _bases(layer: Layer, diagnostics: list[Diagnostic]) -> list[tuple[str, Locat
         if isinstance(value, list) else None)
     if entries is None or any(not isinstance(item, str) or not item for item, _ in entries):
         diagnostics.append(report(problems.INVALID_EXTENDS, "`extends` must be a path or a list of paths",
-                                      key_location, help="e.g. `extends: base.yaml` or `extends: [a.yaml, b.yaml]`",
-                                      key="extends"))
+                                  key_location, help="e.g. `extends: base.yaml` or `extends: [a.yaml, b.yaml]`",
+                                  key="extends"))
         return []
     return entries
 
@@ -101,8 +101,8 @@ def _merge(target: dict, source: dict, positions: dict[KeyPath, Location], prove
             _merge(target[key], value, positions, provenance, path)
         else:
             target[key] = value
-            depth = len(path)
-            provenance.replace(path, {p: loc for p, loc in positions.items() if p[:depth] == path})
+            below = [path] + [path + sub for sub in _subpaths(value)]
+            provenance.replace(path, {p: positions[p] for p in below if p in positions})
 
 
 def _apply_override(merged: dict, override: str, location: Location, provenance: Provenance,
@@ -119,7 +119,7 @@ def _apply_override(merged: dict, override: str, location: Location, provenance:
             problem = f"`{override}`: the value is not valid YAML ({str(exc).splitlines()[0]})"
     if problem is not None:
         diagnostics.append(report(problems.INVALID_OVERRIDE, problem, location,
-                                      help="write overrides as dotted.key=value, e.g. train.lr=1e-4"))
+                                  help="write overrides as dotted.key=value, e.g. train.lr=1e-4"))
         return
     value = _plain_tree(value)
     path = tuple(segments)
@@ -170,7 +170,7 @@ def _interpolate(merged: dict, provenance: Provenance, diagnostics: list[Diagnos
         tree = OmegaConf.create(with_defaults)
     except Exception as exc:  # noqa: BLE001 - OmegaConf rejects some trees with assorted exception types
         diagnostics.append(report(problems.BAD_INTERPOLATION, f"cannot interpolate this config: {_first_line(exc)}",
-                                      provenance.origin(paths[0]), key=format_key(paths[0])))
+                                  provenance.origin(paths[0]), key=format_key(paths[0])))
         return resolved
     for path in paths:
         try:

@@ -37,7 +37,7 @@ def _diagnostics(error: dict, raw: dict, provenance: Provenance) -> Iterator[Dia
     if not isinstance(value, (dict, list)) and path == loc:
         message += f" (got {_short(value)})"
     yield report(problems.INVALID_VALUE, f"`{key}`: {message}" if key else message, provenance.origin(path),
-                     help=_field_help(path), key=key)
+                 help=_field_help(path), key=key)
 
 
 def _present_prefix(raw: Any, loc: tuple) -> KeyPath:
@@ -74,7 +74,7 @@ def _unknown_key(path: KeyPath, provenance: Provenance) -> Diagnostic:
         message, help = describe(key, migration)
         return report(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=key)
     return report(problems.UNKNOWN_KEY, f"unknown key `{key}`", provenance.origin(path),
-                      help=_suggestion(path), key=key)
+                  help=_suggestion(path), key=key)
 
 
 def _suggestion(path: KeyPath) -> str:

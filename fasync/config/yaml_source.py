@@ -145,7 +145,7 @@ def _syntax_error(file: str, text: bytes, exc: yaml.YAMLError) -> Diagnostic:
     else:
         location, message = Location(file, 1, 1), str(exc)
     return report(problems.YAML_SYNTAX, f"YAML syntax error: {message}", location,
-                 help="fix the YAML at this position; nothing in this file was loaded")
+                  help="fix the YAML at this position; nothing in this file was loaded")
 
 
 def _parse(text: bytes, file: str):
@@ -166,18 +166,18 @@ def read_layer(path: Path, file: str, named_at: Location | None) -> tuple[Layer 
         reason = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or type(exc).__name__)
         where = named_at or Location(file, 1, 1)
         return None, [report(problems.FILE_NOT_FOUND, f"cannot read `{file}`: {reason}", where,
-                            help="check the path; `extends` paths are relative to the file that names them")]
+                             help="check the path; `extends` paths are relative to the file that names them")]
     try:
         data, builder = _parse(text, file)
     except yaml.YAMLError as exc:
         return None, [_syntax_error(file, text, exc)]
     except _Unreadable as exc:
         return None, [report(problems.YAML_SYNTAX, f"unsupported YAML: {exc}", _mark_location(file, exc.mark),
-                                 help="write the value out plainly")]
+                             help="write the value out plainly")]
     except RecursionError:
         return None, [report(problems.YAML_SYNTAX, "the document is nested too deeply", Location(file, 1, 1))]
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"the scalar {data!r}"
         return None, [report(problems.NOT_A_MAPPING, f"the top level of `{file}` is {kind}, not a mapping",
-                            Location(file, 1, 1), help="a config is `key: value` pairs, e.g. `mode: sync`")]
+                             Location(file, 1, 1), help="a config is `key: value` pairs, e.g. `mode: sync`")]
     return Layer(file, data, builder.positions), builder.duplicates
