@@ -230,3 +230,10 @@ def test_key_paths_round_trip():
     assert parse_key("correction.reject_token_ratio[1]") == ("correction", "reject_token_ratio", 1)
     assert parse_key("a.0.b") == ("a", 0, "b")
     assert format_key(("correction", "reject_token_ratio", 1)) == "correction.reject_token_ratio[1]"
+
+
+def test_a_misspelt_section_is_one_diagnostic_not_one_per_key(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text("asynch:\n  max_weight_staleness: 2\n  partial_rollout: true\n")
+    (diagnostic,) = load_config(path).diagnostics
+    assert (diagnostic.code, diagnostic.key, diagnostic.help) == ("F006", "asynch", "did you mean `async`?")

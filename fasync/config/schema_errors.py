@@ -17,6 +17,9 @@ from fasync.lint.diagnostic import Diagnostic
 from fasync.lint.migration import describe, migration_for, normalize
 
 
+_FIELD_NAMES = {path[-1] for path, _ in iter_fields()}
+
+
 def validate(raw: dict, provenance: Provenance) -> tuple[FasyncConfig | None, list[Diagnostic]]:
     try:
         return FasyncConfig.model_validate(raw), []
@@ -91,13 +94,16 @@ def _suggestion(path: KeyPath) -> str:
 
 
 def _foreign_keys_within(value: Any, prefix: KeyPath, provenance: Provenance) -> Iterator[Diagnostic]:
-    """Inside an unknown mapping (e.g. verl's `actor_rollout_ref`), point at each key we can translate."""
+    """Inside an unknown mapping (e.g. verl's `actor_rollout_ref`), point at each foreign key we can translate.
+
+    Keys that fasync itself has (a misspelt section's content) are left to the section's own diagnostic.
+    """
     if not isinstance(value, dict):
         return
     for name, child in value.items():
         path = prefix + (name,)
         migration = migration_for(str(name))
-        if migration is not None:
+        if migration is not None and normalize(str(name)) not in _FIELD_NAMES:
             message, help = describe(format_key(path), migration)
             yield report(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=format_key(path))
         yield from _foreign_keys_within(child, path, provenance)
