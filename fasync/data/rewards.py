@@ -1,0 +1,139 @@
+"""Verifiable rewards: `(completion, label) -> float`.
+
+Built-ins are module-level functions, and custom ones are imported by name, so
+a reward pickles by reference into whichever Ray actor scores the samples.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from collections.abc import Callable
+from fractions import Fraction
+
+from fasync.config.schema import RewardConfig
+from fasync.errors import ConfigurationError
+
+RewardFn = Callable[[str, str], float]
+
+
+def exact_match(completion: str, label: str) -> float:
+    return float(completion.strip() == label.strip())
+
+
+def partial_match(completion: str, label: str) -> float:
+    """Fraction of positions where completion and label agree, over the longer of the two.
+
+    Extra or missing characters count as wrong, so only the exact answer scores 1.
+    """
+    completion, label = completion.strip(), label.strip()
+    longest = max(len(completion), len(label))
+    if longest == 0:
+        return 1.0
+    return sum(a == b for a, b in zip(completion, label)) / longest
+
+
+def last_boxed(text: str) -> str | None:
+    """Contents of the last `\\boxed{...}` whose braces balance (a truncated one is skipped)."""
+    found = None
+    for match in re.finditer(r"\\boxed\s*\{", text):
+        depth = 1
+        for end in range(match.end(), len(text)):
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            if depth == 0:
+                found = text[match.end():end]
+                break
+    return found
+
+
+_FRAC = re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
+_NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)"
+_RATIONAL = re.compile(rf"({_NUMBER})(?:/({_NUMBER}))?")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+
+
+def normalize_answer(answer: str) -> str:
+    """Canonical text of a maths answer: no spaces, `$`, `\\left`/`\\right` or trailing period;
+    `\\frac{a}{b}` (and `\\dfrac`, `\\tfrac`) written `a/b`."""
+    text = re.sub(r"\\left|\\right|\\[,;!]|\s", "", answer).rstrip(".").strip("$")
+    text = _FRAC.sub(r"\1/\2", text)
+    if _THOUSANDS.fullmatch(text):
+        text = text.replace(",", "")
+    return text
+
+
+def as_number(text: str) -> Fraction | None:
+    """The exact value of a decimal or a simple fraction (`0.50`, `.5`, `1/2`, `-3`), else None."""
+    match = _RATIONAL.fullmatch(text)
+    if match is None:
+        return None
+    numerator, denominator = match.groups()
+    if denominator is None:
+        return Fraction(numerator)
+    if Fraction(denominator) == 0:
+        return None
+    return Fraction(numerator) / Fraction(denominator)
+
+
+def boxed_math(completion: str, label: str) -> float:
+    """1 when the completion's last `\\boxed{}` answer equals the label's.
+
+    The label may itself hold a `\\boxed{}`. Numbers compare by exact value, so `0.50`, `.5`,
+    `1/2` and `\\frac{1}{2}` agree; anything else compares as normalised text.
+    """
+    answer = last_boxed(completion)
+    if answer is None:
+        return 0.0
+    reference = last_boxed(label)
+    answer = normalize_answer(answer)
+    reference = normalize_answer(label if reference is None else reference)
+    answer_value, reference_value = as_number(answer), as_number(reference)
+    if answer_value is not None and reference_value is not None:
+        return float(answer_value == reference_value)
+    return float(answer == reference)
+
+
+BUILTIN_REWARDS: dict[str, RewardFn] = {
+    "exact_match": exact_match,
+    "partial_match": partial_match,
+    "boxed_math": boxed_math,
+}
+
+
+def import_reward(spec: str) -> RewardFn:
+    """The function named by `module:function`, checked to take (completion, label)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(f"reward.function: {spec!r} is not of the form module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"reward.function: cannot import module {module_name!r} ({type(exc).__name__}: {exc}); "
+            "is it on PYTHONPATH?"
+        ) from exc
+    function = getattr(module, attribute, None)
+    if function is None:
+        raise ConfigurationError(f"reward.function: module {module_name!r} has no attribute {attribute!r}")
+    if not callable(function):
+        raise ConfigurationError(f"reward.function: {spec} is a {type(function).__name__}, not a function")
+    try:
+        inspect.signature(function).bind("completion", "label")
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"reward.function: {spec} must accept (completion, label) ({exc})"
+        ) from exc
+    except ValueError:
+        pass  # no introspectable signature (some builtins): trust the call
+    return function
+
+
+def build_reward(reward_cfg: RewardConfig) -> RewardFn:
+    name = reward_cfg.function
+    if name in BUILTIN_REWARDS:
+        return BUILTIN_REWARDS[name]
+    if ":" not in name:
+        builtins = ", ".join(BUILTIN_REWARDS)
+        raise ConfigurationError(f"reward.function: unknown reward {name!r}; use one of {builtins} or module:function")
+    return import_reward(name)

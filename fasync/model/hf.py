@@ -1,0 +1,50 @@
+"""Local Hugging Face causal LMs, wrapped to the policy calling convention (the call returns logits)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fasync.errors import ConfigurationError
+from fasync.model.tokenizer import check_model_dir
+
+WRAPPER_PREFIX = "lm."
+"""What the wrapper adds in front of the Hugging Face parameter names in its state dict."""
+
+
+class HFCausalLM(nn.Module):
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.lm = lm
+        self.max_seq_len = getattr(lm.config, "max_position_embeddings", None)
+
+    def new_cache(self, batch_size: int, max_len: int):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.lm.config)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None) -> torch.Tensor:
+        output = self.lm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=cache is not None,
+        )
+        return output.logits
+
+
+def hf_parameter_names(state_dict: dict) -> dict:
+    """The wrapper's state dict under the Hugging Face names (what other engines load)."""
+    return {name.removeprefix(WRAPPER_PREFIX): tensor for name, tensor in state_dict.items()}
+
+
+def load_hf_model(path: str, dtype: torch.dtype) -> HFCausalLM:
+    from transformers import AutoModelForCausalLM
+
+    directory = check_model_dir(path)
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"model.path: cannot load a causal LM from {path} ({exc})") from exc
+    return HFCausalLM(lm)

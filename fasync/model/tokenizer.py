@@ -1,0 +1,119 @@
+"""Tokenizers behind one small interface: the embedded character tokenizer and Hugging Face ones.
+
+Both turn a task prompt into the ids the model is fed (`format_prompt`) and name
+the ids that end a completion (`stop_token_ids`). No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol
+
+from fasync.config.schema import DataConfig, ModelConfig
+from fasync.data.tasks import ALPHABET as TASK_ALPHABET
+from fasync.errors import ConfigurationError
+
+TEXT_ALPHABET = "".join(chr(code) for code in range(32, 127)) + "\n"
+"""Printable ASCII and newline: what the embedded tokenizer covers for a JSONL dataset."""
+
+
+class Tokenizer(Protocol):
+    eos_id: int
+    pad_id: int
+    vocab_size: int
+    stop_token_ids: tuple[int, ...]
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def format_prompt(self, prompt: str) -> list[int]: ...
+
+
+class CharTokenizer:
+    """One id per character of `alphabet`, after PAD (0), BOS (1) and EOS (2)."""
+
+    pad_id, bos_id, eos_id = 0, 1, 2
+    num_special = 3
+
+    def __init__(self, alphabet: str):
+        self.alphabet = alphabet
+        self._ids = {char: index + self.num_special for index, char in enumerate(alphabet)}
+        self.vocab_size = self.num_special + len(alphabet)
+        self.stop_token_ids = (self.eos_id,)
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self._ids[char] for char in text]
+        except KeyError as exc:
+            raise ValueError(f"character {exc.args[0]!r} is not in the embedded tokenizer's alphabet") from None
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of the ids, skipping PAD, BOS and EOS."""
+        return "".join(self.alphabet[i - self.num_special] for i in ids if i >= self.num_special)
+
+    def format_prompt(self, prompt: str) -> list[int]:
+        return [self.bos_id, *self.encode(prompt)]
+
+
+def check_model_dir(path: str) -> Path:
+    """`path` as a directory holding a Hugging Face config, or a ConfigurationError."""
+    directory = Path(path)
+    if not directory.exists():
+        raise ConfigurationError(f"model.path: {path} does not exist")
+    if not (directory / "config.json").is_file():
+        raise ConfigurationError(f"model.path: {path} is not a Hugging Face model directory (no config.json)")
+    return directory
+
+
+class HFTokenizer:
+    """A local Hugging Face tokenizer; prompts go through its chat template when it has one."""
+
+    def __init__(self, path: str):
+        from transformers import AutoTokenizer
+
+        directory = check_model_dir(path)
+        try:
+            self.hf = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"model.path: cannot load a tokenizer from {path} ({exc})") from exc
+        if self.hf.eos_token_id is None:
+            raise ConfigurationError(f"model.path: the tokenizer in {path} has no EOS token to stop on")
+        self.eos_id = self.hf.eos_token_id
+        self.pad_id = self.hf.pad_token_id if self.hf.pad_token_id is not None else self.eos_id
+        self.vocab_size = len(self.hf)
+        self.stop_token_ids = (self.eos_id, *(i for i in _generation_eos_ids(directory) if i != self.eos_id))
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.hf.decode(ids, skip_special_tokens=True)
+
+    def format_prompt(self, prompt: str) -> list[int]:
+        if self.hf.chat_template:
+            text = self.hf.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            return self.encode(text)
+        return self.hf.encode(prompt, add_special_tokens=True)
+
+
+def _generation_eos_ids(directory: Path) -> tuple[int, ...]:
+    """Extra end-of-turn ids a chat model's generation config stops on (e.g. `<|eot_id|>`)."""
+    config = directory / "generation_config.json"
+    if not config.is_file():
+        return ()
+    eos = json.loads(config.read_text()).get("eos_token_id")
+    if eos is None:
+        return ()
+    return tuple(eos) if isinstance(eos, list) else (eos,)
+
+
+def build_tokenizer(model_cfg: ModelConfig, data_cfg: DataConfig) -> Tokenizer:
+    """The tokenizer of `model.path`, or the embedded one sized to what the data needs:
+    the digit alphabet for a built-in task (a small vocabulary learns fast), printable text for a file."""
+    if model_cfg.path is not None:
+        return HFTokenizer(model_cfg.path)
+    return CharTokenizer(TASK_ALPHABET if data_cfg.path is None else TEXT_ALPHABET)

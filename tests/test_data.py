@@ -1,0 +1,180 @@
+"""Tasks, datasets and rewards, including every bad input a config can name."""
+
+import json
+import random
+import sys
+
+import pytest
+
+from fasync.config.schema import DataConfig, RewardConfig
+from fasync.data import ConfigurationError, Problem, build_dataset, build_reward
+from fasync.data.rewards import boxed_math, exact_match, last_boxed, partial_match
+from fasync.data.tasks import ALPHABET, generate_problems
+
+# -- tasks -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["reverse", "copy", "sort", "add"])
+def test_task_labels_are_correct(task):
+    for problem in generate_problems(task, length=5, count=50, seed=3):
+        assert set(problem.prompt + problem.label) <= set(ALPHABET)
+        question = problem.prompt.removesuffix("=")
+        if task == "add":
+            a, b = question.split("+")
+            assert len(a) == len(b) == 5 and len(problem.label) == 6
+            assert int(problem.label) == int(a) + int(b)
+        else:
+            assert len(question) == 5 and question.isdigit()
+            expected = {"reverse": question[::-1], "copy": question, "sort": "".join(sorted(question))}[task]
+            assert problem.label == expected
+
+
+def test_task_examples():
+    assert generate_problems("reverse", 6, 1, seed=0)[0].label == generate_problems("copy", 6, 1, 0)[0].label[::-1]
+    add = generate_problems("add", 2, 200, seed=1)
+    assert any(p.label.startswith("1") for p in add)  # a carry out of the top digit happens
+
+
+def test_builtin_dataset_is_seeded_and_sampled_with_replacement():
+    cfg = DataConfig(task="reverse", length=4, num_prompts=10, seed=7)
+    first, second = build_dataset(cfg), build_dataset(cfg)
+    assert len(first) == 10 and first.problems == second.problems
+    draw = first.sample(50, random.Random(0))
+    assert len(draw) == 50 and set(draw) <= set(first.problems)
+    assert draw == second.sample(50, random.Random(0))
+    assert build_dataset(cfg.model_copy(update={"seed": 8})).problems != first.problems
+
+
+def test_dataset_needs_a_task_or_a_path():
+    with pytest.raises(ConfigurationError, match="data.task .* or data.path"):
+        build_dataset(DataConfig(task=None))
+
+
+# -- JSONL -----------------------------------------------------------------------------------------
+
+
+def write(tmp_path, *lines: str):
+    path = tmp_path / "problems.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_jsonl_with_custom_keys(tmp_path):
+    path = write(tmp_path, json.dumps({"question": "1+1?", "answer": 2}), "", json.dumps({"question": "hi", "answer": "x"}))
+    dataset = build_dataset(DataConfig(path=path, prompt_key="question", label_key="answer"))
+    assert dataset.problems == [Problem("1+1?", "2"), Problem("hi", "x")]
+
+
+@pytest.mark.parametrize("lines, message", [
+    ((), "holds no records"),
+    (("", "  "), "holds no records"),
+    (('{"prompt": "a", "label": "b"}', '{"prompt": "a",'), r"problems.jsonl:2: invalid JSON"),
+    (('{"prompt": "a", "label": "b"}', "", '{"prompt": "a"}'), r":3: no key 'label' \(data.label_key\); the line has: prompt"),
+    (('{"text": "a", "label": "b"}',), r":1: no key 'prompt' \(data.prompt_key\)"),
+    (('["a", "b"]',), ":1: expected a JSON object, got list"),
+    (('{"prompt": 3, "label": "b"}',), ":1: 'prompt' must be a string"),
+], ids=["empty", "blank", "bad-json", "no-label", "no-prompt", "not-object", "prompt-not-str"])
+def test_bad_jsonl(tmp_path, lines, message):
+    path = tmp_path / "problems.jsonl"
+    path.write_text("\n".join(lines))
+    with pytest.raises(ConfigurationError, match=message) as info:
+        build_dataset(DataConfig(path=str(path)))
+    assert str(info.value).startswith("data.path: ") and "\n" not in str(info.value)
+
+
+def test_missing_path_and_directory(tmp_path):
+    with pytest.raises(ConfigurationError, match="nope.jsonl does not exist"):
+        build_dataset(DataConfig(path=str(tmp_path / "nope.jsonl")))
+    with pytest.raises(ConfigurationError, match="is a directory"):
+        build_dataset(DataConfig(path=str(tmp_path)))
+
+
+# -- rewards ---------------------------------------------------------------------------------------
+
+
+def test_exact_and_partial_match():
+    assert exact_match(" 123 ", "123") == 1.0 and exact_match("1234", "123") == 0.0
+    assert partial_match("654321", "654321") == 1.0
+    assert partial_match("654021", "654321") == pytest.approx(5 / 6)
+    assert partial_match("6543", "654321") == pytest.approx(4 / 6)
+    assert partial_match("65432100", "654321") == pytest.approx(6 / 8)
+    assert partial_match("", "12") == 0.0 and partial_match("", "") == 1.0
+
+
+@pytest.mark.parametrize("text, boxed", [
+    (r"so \boxed{42}.", "42"),
+    (r"\boxed{1} then \boxed{2}", "2"),
+    (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+    (r"\boxed{\{a, b\}}", r"\{a, b\}"),
+    (r"\boxed{7} and a cut-off \boxed{\frac{1", "7"),
+    (r"\boxed {x}", "x"),
+    ("no answer", None),
+])
+def test_last_boxed(text, boxed):
+    assert last_boxed(text) == boxed
+
+
+@pytest.mark.parametrize("completion, label, reward", [
+    (r"The answer is \boxed{0.50}", ".5", 1.0),
+    (r"\boxed{\frac{1}{2}}", "1/2", 1.0),
+    (r"\boxed{\dfrac{1}{2}}", "0.5", 1.0),
+    (r"\boxed{1/2}", r"\boxed{\frac{1}{2}}", 1.0),
+    (r"\boxed{ -3 }", "-3.0", 1.0),
+    (r"\boxed{1,000}", "1000", 1.0),
+    (r"\boxed{$12$.}", "12", 1.0),
+    (r"\boxed{x + 1}", "x+1", 1.0),
+    (r"\boxed{\left(1,2\right)}", "(1,2)", 1.0),
+    (r"\boxed{0.33}", "1/3", 0.0),
+    (r"\boxed{2}", "3", 0.0),
+    (r"\boxed{1/0}", "0", 0.0),
+    ("42", "42", 0.0),  # no boxed answer, no reward
+])
+def test_boxed_math(completion, label, reward):
+    assert boxed_math(completion, label) == reward
+
+
+def test_builtin_rewards_by_name():
+    assert build_reward(RewardConfig(function="partial_match")) is partial_match
+    with pytest.raises(ConfigurationError, match="unknown reward 'exact'; use one of exact_match"):
+        build_reward(RewardConfig(function="exact"))
+
+
+@pytest.fixture
+def reward_module(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(
+        "def length_bonus(completion, label):\n    return len(completion) / 10\n"
+        "def one_arg(completion):\n    return 0.0\n"
+        "NOT_CALLABLE = 3\n"
+    )
+    (tmp_path / "broken_rewards.py").write_text("import does_not_exist_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    for name in ("my_rewards", "broken_rewards"):
+        sys.modules.pop(name, None)
+
+
+def test_custom_reward_imports(reward_module):
+    reward = build_reward(RewardConfig(function="my_rewards:length_bonus"))
+    assert reward("abcde", "") == 0.5
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nowhere_module_xyz:f", "cannot import module 'nowhere_module_xyz'"),
+    ("broken_rewards:f", "cannot import module 'broken_rewards' .*does_not_exist_anywhere"),
+    ("my_rewards:missing", "module 'my_rewards' has no attribute 'missing'"),
+    ("my_rewards:NOT_CALLABLE", "my_rewards:NOT_CALLABLE is a int, not a function"),
+    ("my_rewards:one_arg", r"my_rewards:one_arg must accept \(completion, label\)"),
+    ("my_rewards:", "is not of the form module:function"),
+])
+def test_custom_reward_errors(reward_module, spec, message):
+    with pytest.raises(ConfigurationError, match=message) as info:
+        build_reward(RewardConfig(function=spec))
+    assert str(info.value).startswith("reward.function: ")
+
+
+def test_data_and_rewards_do_not_import_torch():
+    import subprocess
+
+    code = "import sys, fasync.data, fasync.model.tokenizer; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
