@@ -1,0 +1,143 @@
+"""The rollout engine interface: batched generation with behaviour logprobs, versioned weights,
+and pause/abort/resume for the fully-async driver.
+
+The control calls arrive from other threads than `generate` (a Ray actor with a
+control concurrency group), so the state they touch is an Event, a counter and a
+lock, and backends check `interrupted()` between decode steps.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from fasync.config.schema import FasyncConfig
+from fasync.rollout.types import FinishReason, Generation, SamplingParams
+
+
+@dataclass
+class Continuation:
+    """What a backend generated for one request in one call."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+
+
+class RolloutEngine(ABC):
+    def __init__(self) -> None:
+        self._version = 0
+        self._running = threading.Event()
+        self._running.set()
+        self._abort_count = 0
+        self._abort_lock = threading.Lock()
+        # One generate or weight load at a time: both use the model.
+        self._busy = threading.Lock()
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    # -- what a backend implements ---------------------------------------------------------------
+
+    @abstractmethod
+    def _continue(
+        self, contexts: list[list[int]], budgets: list[int], params: SamplingParams, interrupted: Callable[[], bool]
+    ) -> list[Continuation]:
+        """Extend each context (prompt + output so far) by at most its budget (≥ 1) of new tokens.
+
+        Stop once `interrupted()` turns true, marking the unfinished ones `abort`; a backend that
+        reaches its own length limit before the budget finishes with `length`."""
+
+    @abstractmethod
+    def _load_state_dict(self, state_dict: dict) -> None: ...
+
+    # -- the interface ---------------------------------------------------------------------------
+
+    def generate(self, requests: list[Generation], params: SamplingParams) -> list[Generation]:
+        """Continue every unfinished request from its output so far, in order.
+
+        Tokens already generated count against `max_new_tokens`. Each new token carries its
+        behaviour logprob and the weight version that produced it. Blocks while paused."""
+        self._running.wait()
+        aborts_seen = self._abort_count
+
+        def interrupted() -> bool:
+            return self._abort_count != aborts_seen or not self._running.is_set()
+
+        with self._busy:
+            version = self._version
+            results = list(requests)
+            todo = []
+            for i, req in enumerate(requests):
+                if req.finished:
+                    continue
+                if len(req.output_ids) >= params.max_new_tokens:
+                    results[i] = replace(req, finish_reason="length")
+                else:
+                    todo.append(i)
+            if todo:
+                continuations = self._continue(
+                    [requests[i].prompt_ids + requests[i].output_ids for i in todo],
+                    [params.max_new_tokens - len(requests[i].output_ids) for i in todo],
+                    params,
+                    interrupted,
+                )
+                for i, new in zip(todo, continuations):
+                    req = requests[i]
+                    results[i] = replace(
+                        req,
+                        output_ids=req.output_ids + new.token_ids,
+                        logprobs=req.logprobs + new.logprobs,
+                        token_versions=req.token_versions + [version] * len(new.token_ids),
+                        finish_reason=new.finish_reason,
+                    )
+            return results
+
+    def load_weights(self, state_dict: dict, version: int) -> None:
+        """Load the trainer's weights as `version`; waits for a generate call in progress."""
+        with self._busy:
+            self._load_state_dict(state_dict)
+            self._version = version
+
+    def abort(self) -> None:
+        """Make the generate calls made so far return promptly (unfinished requests `abort`);
+        later calls run normally."""
+        with self._abort_lock:
+            self._abort_count += 1
+
+    def pause(self) -> None:
+        """Interrupt generation in progress and hold new calls until `resume`; returns once the
+        engine is idle."""
+        self._running.clear()
+        with self._busy:
+            pass
+
+    def resume(self) -> None:
+        self._running.set()
+
+
+def build_engine(cfg: FasyncConfig, tokenizer=None, seed: int | None = None) -> RolloutEngine:
+    """The engine `rollout.engine` names, holding the policy at weight version 0.
+
+    The hf engine builds the policy exactly as the trainer does (same seed), so version 0 needs no
+    push. `seed` seeds sampling (default `train.seed`): give each engine its own."""
+    seed = cfg.train.seed if seed is None else seed
+    if cfg.rollout.engine == "vllm":
+        from fasync.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(cfg, seed=seed)
+    from fasync.model import build_model, build_tokenizer
+    from fasync.rollout.hf_engine import HFEngine
+
+    tokenizer = tokenizer if tokenizer is not None else build_tokenizer(cfg.model, cfg.data)
+    model = build_model(cfg.model, tokenizer, seed=cfg.train.seed)
+    return HFEngine(model, pad_id=tokenizer.pad_id, device=_device(cfg), seed=seed)
+
+
+def _device(cfg: FasyncConfig) -> str:
+    import torch
+
+    return "cuda" if cfg.resources.gpus_per_engine > 0 and torch.cuda.is_available() else "cpu"
