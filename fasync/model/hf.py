@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 
@@ -17,6 +19,8 @@ class HFCausalLM(nn.Module):
         super().__init__()
         self.lm = lm
         self.max_seq_len = getattr(lm.config, "max_position_embeddings", None)
+        # transformers renamed `past_key_values` to `cache` (5.x); pass whichever this version takes.
+        self._cache_argument = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
 
     def new_cache(self, batch_size: int, max_len: int):
         from transformers import DynamicCache
@@ -28,8 +32,8 @@ class HFCausalLM(nn.Module):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=cache is not None,
+            **{self._cache_argument: cache},
         )
         return output.logits
 
