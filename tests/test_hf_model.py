@@ -19,8 +19,9 @@ CHARS = "0123456789+= abcdefghijklmnopqrstuvwxyz?"
 TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}={% endif %}"
 
 
-def write_tiny_llama(directory, chat_template: str | None = TEMPLATE) -> None:
-    """A 2-layer, 32-wide Llama and a character-level fast tokenizer, saved as a model directory."""
+def write_tiny_llama(directory, chat_template: str | None = TEMPLATE, hidden_size: int = 32, heads: int = 4,
+                     seed: int = 0) -> None:
+    """A 2-layer Llama (32 wide by default) and a character-level fast tokenizer, saved as a model directory."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
     vocab = {token: i for i, token in enumerate(SPECIALS + list(CHARS))}
@@ -34,10 +35,11 @@ def write_tiny_llama(directory, chat_template: str | None = TEMPLATE) -> None:
     tokenizer.chat_template = chat_template
     tokenizer.save_pretrained(directory)
     config = transformers.LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        vocab_size=len(vocab), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
+        num_attention_heads=heads, num_key_value_heads=heads // 2, max_position_embeddings=64,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
     )
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     transformers.LlamaForCausalLM(config).save_pretrained(directory)
     (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 4]}))
 
