@@ -1,0 +1,200 @@
+"""The trainer: advantages, optimizer steps over a rollout, off-policy correction, and weights for the engines.
+
+One `train_rollout` call trains on one rollout (fully_async: one drain). Samples get their
+advantages over full groups, are shuffled, split into `num_steps_per_rollout` steps (the rest
+trimmed), and each step accumulates gradients over micro batches before one optimizer step.
+
+The PPO ratio's anchor (`correction.ratio_anchor`, defaulted per mode in `fasync.config.derived`):
+- `behaviour`: the rollout logprobs. The ratio already is the importance ratio, so correction
+  weights are not applied again (masks and diagnostics still are). No extra forward.
+- `recompute`: the trainer's own logprobs at the start of the rollout, from one no-grad forward
+  before the first step; correction weights π_old / π_behav when `correction.level` is set.
+- `proximal` (decoupled PPO): the policy at the start of each optimizer step. Weights do not change
+  within a step, so these are the step's own forward, detached: no extra forward. The ratio's
+  value is then 1 and its gradient the policy gradient; the weights π_prox / π_behav carry the
+  off-policy correction.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+
+import torch
+from torch import Tensor
+
+from fasync.config.derived import derive
+from fasync.config.schema import FasyncConfig
+from fasync.model import build_model, build_tokenizer, token_logprobs
+from fasync.rollout.types import Sample
+from fasync.train import correction, distributed
+from fasync.train.advantages import compute_advantages
+from fasync.train.batching import MicroBatch, collate, plan_steps, rank_micro_batches
+from fasync.train.losses import aggregate, clipped_surrogate, k3_kl
+
+# Correction metrics that combine across micro batches by max instead of a token-weighted mean.
+_MAX_METRICS = {"is/weight_max"}
+
+
+class Trainer:
+    def __init__(self, cfg: FasyncConfig, rank: int = 0, world_size: int = 1, init_method: str | None = None):
+        self.cfg = cfg
+        self.derived = derive(cfg)
+        self.rank, self.world_size = rank, world_size
+        self.device = torch.device("cuda" if cfg.resources.gpus_per_trainer_rank and torch.cuda.is_available()
+                                   else "cpu")
+        tokenizer = build_tokenizer(cfg.model, cfg.data)
+        self.pad_id = tokenizer.pad_id
+        distributed.init(rank, world_size, init_method)
+        self.model = build_model(cfg.model, tokenizer, seed=cfg.train.seed).to(self.device)
+        distributed.broadcast_parameters(self.model)
+        self.reference = None
+        if cfg.train.kl_coef > 0:
+            self.reference = build_model(cfg.model, tokenizer, seed=cfg.train.seed).to(self.device).eval()
+            self.reference.load_state_dict(self.model.state_dict())
+            self.reference.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
+                                           weight_decay=cfg.train.weight_decay)
+        self.rollouts = 0
+        self.steps = 0
+
+    # -- training ------------------------------------------------------------------------------
+
+    def train_rollout(self, samples: list[Sample], current_version: int) -> list[dict]:
+        """Train on one rollout at weight version `current_version`; one record per optimizer step."""
+        advantages = compute_advantages([s.reward for s in samples], [s.group_id for s in samples],
+                                        self.cfg.train.advantage_estimator, self.cfg.train.normalize_advantage_std)
+        for sample, advantage in zip(samples, advantages):
+            sample.advantage = advantage
+        order = list(range(len(samples)))
+        random.Random(self.cfg.train.seed * 1_000_003 + self.rollouts).shuffle(order)
+        samples = [samples[i] for i in order]
+        steps, _ = plan_steps(len(samples), self.derived, self.cfg.train.use_dynamic_global_batch_size)
+        self.rollouts += 1
+
+        anchors = self._micro_batches(samples, steps)
+        if self.derived.ratio_anchor == "recompute":
+            for batches in anchors:
+                for batch in batches:
+                    batch.anchor_logp = self._logprobs(batch)
+        return [self._step(index, [samples[i] for i in step], batches, current_version)
+                for index, (step, batches) in enumerate(zip(steps, anchors))]
+
+    def _micro_batches(self, samples: list[Sample], steps: list[range]) -> list[list[MicroBatch]]:
+        micro = self.cfg.train.micro_batch_size
+        return [
+            [collate([samples[i] for i in rows], self.pad_id).to(self.device)
+             for rows in rank_micro_batches(step, self.rank, self.world_size, micro)]
+            for step in steps
+        ]
+
+    @torch.no_grad()
+    def _logprobs(self, batch: MicroBatch, model=None) -> Tensor:
+        logp, _ = token_logprobs(model or self.model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                                 self.cfg.rollout.temperature)
+        return logp
+
+    def _step(self, index: int, step_samples: list[Sample], batches: list[MicroBatch], current_version: int) -> dict:
+        start = time.monotonic()
+        train = self.cfg.train
+        anchor = self.derived.ratio_anchor
+        tokens = sum(int(b.completion_mask.sum()) for b in batches)
+        step_tokens, step_sequences = (int(v) for v in distributed.sum_scalars(
+            [tokens, sum(int(b.completion_mask.any(-1).sum()) for b in batches)]))
+        sums: dict[str, float] = defaultdict(float)
+        correction_metrics: dict[str, float] = defaultdict(float)
+
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        for batch in batches:
+            logp, entropy = token_logprobs(self.model, batch.input_ids, batch.attention_mask, batch.position_ids,
+                                           self.cfg.rollout.temperature)
+            if anchor == "behaviour":
+                old = batch.behaviour_logprobs
+                corrected = correction.apply(logp, old, batch.completion_mask, self.cfg.correction)
+                weights = torch.ones_like(logp)
+            else:
+                old = batch.anchor_logp if anchor == "recompute" else logp.detach()
+                corrected = correction.apply(old, batch.behaviour_logprobs, batch.completion_mask,
+                                             self.cfg.correction)
+                weights = corrected.weights
+            keep = corrected.keep_mask
+            surrogate, clipped = clipped_surrogate(logp, old, batch.advantages, train.clip_eps_low,
+                                                   train.clip_eps_high)
+            terms = {"pg_loss": surrogate * weights, "entropy": entropy}
+            if self.reference is not None:
+                terms["kl"] = k3_kl(logp, self._logprobs(batch, self.reference))
+            parts = {name: aggregate(values, keep, train.loss_aggregation, step_tokens, step_sequences)
+                     for name, values in terms.items()}
+            loss = parts["pg_loss"] + train.kl_coef * parts.get("kl", 0.0) - train.entropy_coef * parts["entropy"]
+            loss.backward()
+            kept = int(keep.sum())
+            sums["loss"] += float(loss)
+            for name, part in parts.items():
+                sums[name] += float(part)
+            sums["clipped"] += float((clipped & keep).sum())
+            sums["kept"] += kept
+            for name, value in corrected.metrics.items():
+                batch_tokens = int(batch.completion_mask.sum())
+                if name in _MAX_METRICS:
+                    correction_metrics[name] = max(correction_metrics.get(name, value), value)
+                else:
+                    correction_metrics[name] += value * batch_tokens / max(tokens, 1)
+
+        names = ["loss", "pg_loss", "entropy", "kl", "clipped", "kept"]
+        totals = dict(zip(names, distributed.sum_scalars([sums[name] for name in names])))
+        record = {"skipped": totals["kept"] == 0, "skip_reason": None}
+        if record["skipped"]:
+            # Every token was rejected: a step now would only apply weight decay and momentum.
+            record["skip_reason"] = "all tokens rejected by correction"
+            grad_norm = 0.0
+        else:
+            distributed.sum_gradients(self.model)
+            max_norm = train.grad_clip if train.grad_clip is not None else float("inf")
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+            self.optimizer.step()
+            self.steps += 1
+        correction_metrics["is/all_rejected"] = float(record["skipped"])
+
+        staleness = [s.staleness(current_version) for s in step_samples]
+        record.update({
+            "loss": totals["loss"],
+            "pg_loss": totals["pg_loss"],
+            "kl": totals["kl"],
+            "entropy": totals["entropy"],
+            "clip_fraction": totals["clipped"] / max(totals["kept"], 1),
+            "grad_norm": grad_norm,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "num_samples": len(step_samples),
+            "num_tokens": step_tokens,
+            "reward_mean": sum(s.reward for s in step_samples) / max(len(step_samples), 1),
+            "advantage_abs_mean": sum(abs(s.advantage) for s in step_samples) / max(len(step_samples), 1),
+            "response_length_mean": sum(len(s.output_ids) for s in step_samples) / max(len(step_samples), 1),
+            "staleness_mean": sum(staleness) / max(len(staleness), 1),
+            "staleness_max": max(staleness, default=0),
+            # Each earlier step of this rollout already moved the weights once more.
+            "policy_lag_max": max(staleness, default=0) + index,
+            "train_time_s": time.monotonic() - start,
+            **correction_metrics,
+        })
+        return record
+
+    # -- weights -------------------------------------------------------------------------------
+
+    def rollout_state_dict(self) -> dict[str, Tensor]:
+        """Weights for the rollout engines, on the CPU (what crosses to the engine actors)."""
+        return {name: tensor.detach().cpu() for name, tensor in self.model.state_dict().items()}
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "rollouts": self.rollouts, "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rollouts, self.steps = state["rollouts"], state["steps"]
+
+    def save(self, path: str) -> None:
+        if self.rank == 0:
+            torch.save(self.state_dict(), path)
