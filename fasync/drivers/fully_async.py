@@ -37,6 +37,7 @@ class FullyAsync:
         self.dropped: Counter = Counter()
         self.pending_sync = None
         self.last_pause_s = 0.0
+        self.last_busy_s = 0.0
 
     def _wait(self, ref):
         """ray.get that fails fast when the rollouter dies instead of waiting forever for its output."""
@@ -73,8 +74,19 @@ class FullyAsync:
         self.run.version = version
         return time.monotonic() - start
 
-    def ledger(self, final: bool = False) -> dict:
-        rollouter = self._wait(self.rollouter.stop.remote() if final else self.rollouter.ledger.remote())
+    def ledger(self) -> dict:
+        return self._account(self._wait(self.rollouter.ledger.remote()))
+
+    def finish(self) -> dict:
+        """Stop generating and take the final ledger once every engine loop has ended; groups still
+        in the queue stay counted as queued."""
+        if self.pending_sync is not None:
+            self._wait(self.pending_sync)
+        ray.get(self.rollouter.stop.remote())
+        ray.get(self.queue.shutdown.remote())
+        return self._account(ray.get(self.running))
+
+    def _account(self, rollouter: dict) -> dict:
         consumed = self.run.ledger.consumed
         trimmed = self.run.ledger.dropped.get("trimmed", 0)
         dropped = Counter(rollouter["dropped"]) + self.dropped + Counter({"trimmed": trimmed})
@@ -106,6 +118,8 @@ def run_fully_async(run: Run) -> None:
             sync_time = fa.sync() if (drain + 1) % interval == 0 else 0.0
             state = fa.ledger()
             queue_stats = ray.get(fa.queue.stats.remote())
+            # Engine time spent generating since the last drain (spread over the engines' calls).
+            records[0]["generate_time_s"] = state["busy_s"] - fa.last_busy_s
             for record in records:
                 record.update(
                     queue_size=queue_stats["queue_size"],
@@ -113,12 +127,10 @@ def run_fully_async(run: Run) -> None:
                     dropped_stale=fa.dropped["stale"],
                     resumed_groups=state["resumed_groups"],
                 )
-            fa.last_pause_s = state["pause_s"]
+            fa.last_pause_s, fa.last_busy_s = state["pause_s"], state["busy_s"]
             run.write(records, sync_time)
             if run.reached_target():
                 break
-        if fa.pending_sync is not None:
-            fa._wait(fa.pending_sync)
-        fa.ledger(final=True)
+        fa.finish()
     finally:
         fa.close()

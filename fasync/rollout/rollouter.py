@@ -52,6 +52,7 @@ class Rollouter:
         self.groups_admitted = 0
         self.groups_dropped = 0
         self.pause_s = 0.0
+        self.busy_s = 0.0
         self.syncs = 0
         self.resumed_groups = 0
 
@@ -97,9 +98,11 @@ class Rollouter:
             if self._stopping:
                 return
             self._calls += 1
+            started = time.monotonic()
             try:
                 results = await engine.generate.remote(pending, self.factory.params)
             finally:
+                self.busy_s += time.monotonic() - started
                 self._calls -= 1
                 async with self._calls_done:
                     self._calls_done.notify_all()
@@ -193,5 +196,6 @@ class Rollouter:
             "dropped": dict(self.dropped),
             "version": self.version,
             "pause_s": self.pause_s,
+            "busy_s": self.busy_s,
             "resumed_groups": self.resumed_groups,
         }
