@@ -1,0 +1,127 @@
+"""Collation alignment, the step plan's arithmetic, and how ranks share a step."""
+
+import pytest
+
+from fasync.config.derived import derive
+from fasync.config.schema import FasyncConfig
+from fasync.rollout.types import Sample
+from fasync.train.batching import collate, plan_steps, rank_micro_batches
+
+PAD = 0
+
+
+def sample(prompt, output, logprobs, advantage=0.0):
+    return Sample(group_id=0, prompt_ids=prompt, output_ids=output, behaviour_logprobs=logprobs,
+                  token_versions=[0] * len(output), reward=0.0, advantage=advantage)
+
+
+SAMPLES = [
+    sample([1, 5, 6], [7, 8, 2], [-0.1, -0.2, -0.3], advantage=1.5),
+    sample([1, 5], [9], [-0.4], advantage=-0.5),
+    sample([1, 4, 4, 4], [3, 3], [-0.6, -0.7]),
+]
+
+
+def test_collate_right_pads_prompt_and_completion():
+    batch = collate(SAMPLES, PAD)
+    assert batch.input_ids.tolist() == [[1, 5, 6, 7, 8, 2], [1, 5, 9, 0, 0, 0], [1, 4, 4, 4, 3, 3]]
+    assert batch.attention_mask.tolist() == [[1] * 6, [1, 1, 1, 0, 0, 0], [1] * 6]
+    assert batch.position_ids.tolist() == [list(range(6))] * 3
+    assert batch.advantages.tolist() == [1.5, -0.5, 0.0]
+    assert batch.anchor_logp is None
+
+
+def test_completion_mask_marks_the_positions_that_score_completion_tokens():
+    batch = collate(SAMPLES, PAD)
+    # Entry t scores input_ids[t + 1]: the first completion token is scored from the last prompt token.
+    assert batch.completion_mask.tolist() == [
+        [False, False, True, True, True],
+        [False, True, False, False, False],
+        [False, False, False, True, True],
+    ]
+    for row, s in enumerate(SAMPLES):
+        assert batch.input_ids[row, 1:][batch.completion_mask[row]].tolist() == s.output_ids
+
+
+def test_behaviour_logprobs_sit_under_the_completion_mask_and_zero_elsewhere():
+    batch = collate(SAMPLES, PAD)
+    for row, s in enumerate(SAMPLES):
+        assert batch.behaviour_logprobs[row][batch.completion_mask[row]].tolist() == pytest.approx(
+            s.behaviour_logprobs)
+    assert (batch.behaviour_logprobs[~batch.completion_mask] == 0).all()
+    assert batch.behaviour_logprobs.shape == batch.completion_mask.shape
+
+
+def derived(prompts=4, n=4, **train):
+    return derive(FasyncConfig.model_validate({"rollout": {"batch_size": prompts, "n_samples_per_prompt": n},
+                                               "train": {"micro_batch_size": 1, **train}}))
+
+
+def test_exact_fit_is_every_sample_in_whole_steps():
+    steps, trimmed = plan_steps(16, derived(global_batch_size=8), dynamic_global_batch=False)
+    assert steps == [range(8), range(8, 16)]
+    assert trimmed == 0
+
+
+def test_leftover_that_fills_no_step_is_trimmed():
+    plan = derived(global_batch_size=6)
+    assert plan.num_steps_per_rollout == 2 and plan.trimmed_samples_per_rollout == 4
+    steps, trimmed = plan_steps(16, plan, dynamic_global_batch=False)
+    assert steps == [range(6), range(6, 12)]
+    assert trimmed == 4
+
+
+def test_explicit_steps_per_rollout_below_what_fits_trims_the_rest():
+    steps, trimmed = plan_steps(16, derived(global_batch_size=4, num_steps_per_rollout=3), dynamic_global_batch=False)
+    assert steps == [range(4), range(4, 8), range(8, 12)]
+    assert trimmed == 4
+
+
+def test_explicit_steps_per_rollout_above_what_fits_takes_the_whole_steps_there_are():
+    steps, trimmed = plan_steps(16, derived(global_batch_size=6, num_steps_per_rollout=4), dynamic_global_batch=False)
+    assert steps == [range(6), range(6, 12)]
+    assert trimmed == 4
+
+
+@pytest.mark.parametrize("num_samples", [16, 11])
+def test_dynamic_global_batch_is_one_step_of_everything(num_samples):
+    plan = derived(global_batch_size=6, use_dynamic_global_batch_size=True)
+    assert plan.effective_global_batch_size == 16
+    steps, trimmed = plan_steps(num_samples, plan, dynamic_global_batch=True)
+    assert steps == [range(num_samples)]
+    assert trimmed == 0
+
+
+def test_a_short_rollout_is_one_smaller_step():
+    steps, trimmed = plan_steps(5, derived(global_batch_size=8), dynamic_global_batch=False)
+    assert steps == [range(5)]
+    assert trimmed == 0
+
+
+def test_a_rollout_short_of_the_planned_steps_keeps_the_whole_ones():
+    steps, trimmed = plan_steps(12, derived(global_batch_size=8), dynamic_global_batch=False)
+    assert steps == [range(8)]
+    assert trimmed == 4
+
+
+def test_no_samples_no_steps():
+    assert plan_steps(0, derived(global_batch_size=8), dynamic_global_batch=False) == ([], 0)
+    assert plan_steps(0, derived(use_dynamic_global_batch_size=True), dynamic_global_batch=True) == ([], 0)
+
+
+def test_ranks_take_interleaved_shares_cut_into_micro_batches():
+    step = range(3, 13)
+    assert rank_micro_batches(step, 0, 2, 2) == [[3, 5], [7, 9], [11]]
+    assert rank_micro_batches(step, 1, 2, 2) == [[4, 6], [8, 10], [12]]
+
+
+@pytest.mark.parametrize("world_size,micro", [(1, 4), (2, 3), (3, 2), (4, 8)])
+def test_rank_shares_are_disjoint_and_cover_the_step(world_size, micro):
+    step = range(8, 30)
+    shares = [[i for batch in rank_micro_batches(step, rank, world_size, micro) for i in batch]
+              for rank in range(world_size)]
+    flat = [i for share in shares for i in share]
+    assert sorted(flat) == list(step)
+    assert len(flat) == len(set(flat))
+    for rank in range(world_size):
+        assert all(len(batch) <= micro for batch in rank_micro_batches(step, rank, world_size, micro))
