@@ -81,6 +81,7 @@ def explain(entry) -> str:
 
 def render_rules_md() -> str:
     from fasync.lint.engine import catalogue
+    from fasync.lint.rules import FAMILIES
 
     entries = catalogue().values()
     lines = [
@@ -88,7 +89,8 @@ def render_rules_md() -> str:
         ("Codes reported by `fasync check`. `F` codes are problems loading the config (file, YAML, schema); "
         "a config with any of them is not linted further and `fasync check` exits 2. The other codes are "
         "lint rules; silence one per config with `lint.ignore: [CODE]` or per run with `--ignore CODE` "
-        "(prefixes work: `--ignore W1`). `fasync rule CODE` prints an entry below."), "",
+        "(prefixes work: `--ignore S00`). `fasync rule CODE` prints an entry below."), "",
+        "Rule families: " + "; ".join(f"`{letter}` {what}" for letter, what in FAMILIES.items()) + ".", "",
         "| Code | Name | Severity | Summary |", "|---|---|---|---|",
     ]
     lines += [f"| [{e.code}](#{e.code.lower()}-{e.name}-{e.severity.value}) | `{e.name}` | {e.severity.value} | "

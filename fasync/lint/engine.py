@@ -1,7 +1,7 @@
 """Running the lint rules on loaded configs and deciding the exit code.
 
-`--select`/`--ignore` and the config's own `lint.ignore` take codes or code prefixes (`W1`
-matches W101, W102, ...; `ALL` matches everything) and apply to rule diagnostics only: a
+`--select`/`--ignore` and the config's own `lint.ignore` take codes or code prefixes (`S0`
+matches S001, S002, ...; `ALL` matches everything) and apply to rule diagnostics only: a
 config that could not be loaded always reports why.
 """
 
@@ -23,11 +23,7 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNLOADABLE = 0, 1, 2
 
 def rules() -> dict[str, Rule]:
     """The registered lint rules (importing the rule modules registers them)."""
-    try:
-        importlib.import_module("fasync.lint.rules")
-    except ModuleNotFoundError as exc:  # no rule families installed yet: lint with none
-        if exc.name != "fasync.lint.rules":
-            raise
+    importlib.import_module("fasync.lint.rules")
     return RULES
 
 

@@ -1,0 +1,31 @@
+"""The lint rule families; importing this package registers every rule (fasync.lint.registry).
+
+A code is a family letter and three digits, and keeps its meaning once released.
+"""
+
+from fasync.lint.rules import (  # noqa: F401 - imported for their registrations
+    algorithm,
+    batch,
+    correction,
+    generation,
+    model,
+    queue,
+    resources,
+    run,
+    staleness,
+    unused,
+)
+
+FAMILIES = {
+    "A": "algorithm: advantages and the PPO loss",
+    "B": "batch geometry: rollouts, optimizer steps, micro batches",
+    "C": "off-policy correction: importance weights, rejection, the ratio's anchor",
+    "G": "generation and sampling",
+    "M": "the model: embedded shape and context, what each engine loads",
+    "P": "the run plan: stopping and checkpoints",
+    "Q": "the fully_async queue and rollouter",
+    "R": "resources: GPUs and placement",
+    "S": "staleness and the async modes",
+    "U": "settings that have no effect",
+}
+"""Code prefix → what the family checks (docs/rules.md lists them)."""

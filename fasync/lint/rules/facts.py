@@ -1,0 +1,87 @@
+"""What the rules need to know about the rest of fasync, computed without torch, ray or vllm.
+
+Each table states a fact about code elsewhere (named next to it); tests/test_rules.py checks
+that the tables cover every engine, reward and mode the schema allows.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from fasync.config.derived import Derived
+from fasync.config.schema import FasyncConfig
+from fasync.data.tasks import ALPHABET, TASKS
+from fasync.model.tokenizer import CharTokenizer
+
+ASYNC_MODES = ("async", "fully_async")
+
+BEHAVIOUR_LOGPROB_TRANSFORMS: dict[str, frozenset[str]] = {
+    # fasync.rollout.hf_engine: sampling_logprobs(logits, temperature, top_p).
+    "hf": frozenset({"temperature", "top_p"}),
+    # fasync.rollout.vllm_engine: logprobs_mode="processed_logprobs", i.e. after temperature and top-p.
+    "vllm": frozenset({"temperature", "top_p"}),
+}
+"""Which sampling transforms each engine's behaviour logprobs include."""
+
+TRAINER_LOGPROB_TRANSFORMS = frozenset({"temperature"})
+"""What the trainer's logprobs include: fasync.train.trainer scores tokens with
+fasync.model.token_logprobs(..., temperature), which has no top-p."""
+
+REWARD_RANGES: dict[str, tuple[float, float]] = {
+    "exact_match": (0.0, 1.0),
+    "partial_match": (0.0, 1.0),
+    "boxed_math": (0.0, 1.0),
+}
+"""Lowest and highest value of each built-in reward (fasync.data.rewards.BUILTIN_REWARDS)."""
+
+
+def active_transforms(cfg: FasyncConfig) -> set[str]:
+    """The sampling transforms that change the distribution: temperature 0 (greedy) is scored
+    untempered by engines and trainer alike, so only a temperature other than 0 and 1 counts."""
+    rollout = cfg.rollout
+    active = set()
+    if rollout.temperature not in (0.0, 1.0):
+        active.add("temperature")
+    if rollout.top_p < 1.0:
+        active.add("top_p")
+    return active
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    task: str
+    prompt_tokens: int
+    """Tokens the embedded tokenizer feeds the model for one prompt (BOS included)."""
+    answer_tokens: int
+    """Tokens of the reference answer (every answer of a built-in task has the same width)."""
+
+
+def builtin_task_shape(cfg: FasyncConfig) -> TaskShape | None:
+    """Prompt and answer lengths of a built-in task under the embedded tokenizer; None for a JSONL
+    dataset or a Hugging Face tokenizer, whose lengths only the data and the tokenizer know."""
+    if cfg.data.path is not None or cfg.model.path is not None or cfg.data.task is None:
+        return None
+    problem = TASKS[cfg.data.task](random.Random(0), cfg.data.length)
+    prompt = CharTokenizer(ALPHABET).format_prompt(problem.prompt)
+    return TaskShape(cfg.data.task, len(prompt), len(problem.label))
+
+
+def unit(mode: str) -> str:
+    """What one trainer iteration consumes: a rollout, or in fully_async a drain of the queue."""
+    return "drain" if mode == "fully_async" else "rollout"
+
+
+def lag_text(derived: Derived) -> str:
+    return "unbounded" if derived.worst_policy_lag is None else f"{derived.worst_policy_lag}"
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def uncorrected_partial_rollout(cfg: FasyncConfig, derived: Derived) -> bool:
+    """fully_async partial rollouts (samples spanning versions) with nothing weighing the older tokens:
+    no importance weights, and a PPO ratio anchored elsewhere than the behaviour logprobs."""
+    return (cfg.mode == "fully_async" and cfg.async_.partial_rollout and cfg.correction.level == "none"
+            and derived.ratio_anchor != "behaviour")

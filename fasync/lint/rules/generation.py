@@ -1,0 +1,66 @@
+"""G: generation and sampling — what the rollout engines are asked to produce."""
+
+from __future__ import annotations
+
+from fasync.lint.diagnostic import Severity
+from fasync.lint.registry import Finding, rule
+from fasync.lint.rules.facts import builtin_task_shape
+
+
+@rule(
+    "G001", "dynamic-sampling-drops-all", Severity.ERROR,
+    summary="Dynamic sampling would drop every group: their rewards always agree.",
+    what="Reports `rollout.dynamic_sampling: true` with one sample per prompt, or with greedy decoding "
+    "(`rollout.temperature: 0`), where every completion of a prompt is the same.",
+    why="Dynamic sampling drops the prompt groups whose rewards all agree (they have no advantage to learn "
+    "from). A group of one sample, or of identical greedy completions, always agrees, so every group is "
+    "dropped: in sync and async each rollout runs all `max_sampling_rounds` rounds and trains on nothing, "
+    "and in fully_async nothing ever reaches the queue and the trainer waits forever.",
+    bad_example="rollout:\n  n_samples_per_prompt: 1\n  dynamic_sampling: true\ntrain:\n"
+    "  advantage_estimator: reinforce_baseline\n  global_batch_size: 32\n  micro_batch_size: 32\n",
+    good_example="rollout:\n  n_samples_per_prompt: 8\n  dynamic_sampling: true\ntrain:\n"
+    "  advantage_estimator: reinforce_baseline\n",
+)
+def dynamic_sampling_drops_all(cfg, derived):
+    rollout = cfg.rollout
+    if not rollout.dynamic_sampling:
+        return
+    if rollout.n_samples_per_prompt == 1:
+        why = "with 1 sample per prompt every group's rewards agree"
+    elif rollout.temperature == 0:
+        why = (f"with `rollout.temperature` 0 (greedy) the {rollout.n_samples_per_prompt} completions of a prompt "
+               "are identical, so their rewards agree")
+    else:
+        return
+    yield Finding(
+        "rollout.dynamic_sampling",
+        f"`rollout.dynamic_sampling` drops groups whose rewards all agree, and {why}: every group is dropped",
+        "sample several completions per prompt (`rollout.n_samples_per_prompt` ≥ 2) at a temperature above 0, "
+        "or set `rollout.dynamic_sampling: false`",
+    )
+
+
+@rule(
+    "G002", "completion-budget-below-answer", Severity.ERROR,
+    summary="`rollout.max_new_tokens` is shorter than the built-in task's answers.",
+    what="Reports, for a built-in task (`data.task`) with the embedded model, a `rollout.max_new_tokens` "
+    "below the width of the task's answers: `data.length` digits (`add`: one more).",
+    why="No completion can contain a whole answer. Under `exact_match` every reward is 0, so every advantage "
+    "is 0 and nothing is learned; under `partial_match` the reward can never reach 1 and a "
+    "`train.target_reward` near 1 is never met. A budget of exactly the answer's width is enough (the "
+    "completion then ends at the limit, which the built-in rewards accept); a longer one also asks the model to "
+    "learn to stop.",
+    bad_example="data:\n  task: reverse\n  length: 6\nrollout:\n  max_new_tokens: 4\n",
+    good_example="data:\n  task: reverse\n  length: 6\nrollout:\n  max_new_tokens: 6\n",
+)
+def completion_budget_below_answer(cfg, derived):
+    shape = builtin_task_shape(cfg)
+    budget = cfg.rollout.max_new_tokens
+    if shape is None or budget >= shape.answer_tokens:
+        return
+    yield Finding(
+        "rollout.max_new_tokens",
+        f"the {shape.task} task's answers are {shape.answer_tokens} tokens long (`data.length` {cfg.data.length}) "
+        f"but `rollout.max_new_tokens` is {budget}: no completion can hold a whole answer",
+        f"set `rollout.max_new_tokens` to at least {shape.answer_tokens}, the answers' width",
+    )

@@ -1,0 +1,105 @@
+"""M: the model — the embedded transformer's shape and context, and what each engine can load."""
+
+from __future__ import annotations
+
+from fasync.lint.diagnostic import Severity
+from fasync.lint.registry import Finding, rule
+from fasync.lint.rules.facts import builtin_task_shape
+
+
+@rule(
+    "M001", "vllm-needs-model-path", Severity.ERROR,
+    summary="The vLLM engine needs a Hugging Face model directory.",
+    what="Reports `rollout.engine: vllm` without `model.path`.",
+    why="Without `model.path` the policy is the embedded tiny transformer, which exists only as fasync's own "
+    "torch module: vLLM loads models from a Hugging Face directory and cannot load it. Every engine actor "
+    "fails when it starts, after the cluster and the trainer are up.",
+    bad_example="rollout:\n  engine: vllm\nresources:\n  num_gpus: 2\n  gpus_per_engine: 1\n"
+    "  gpus_per_trainer_rank: 1\n",
+    good_example="model:\n  path: /models/Qwen2.5-0.5B-Instruct\nrollout:\n  engine: vllm\nresources:\n"
+    "  num_gpus: 2\n  gpus_per_engine: 1\n  gpus_per_trainer_rank: 1\n",
+)
+def vllm_needs_model_path(cfg, derived):
+    if cfg.rollout.engine == "vllm" and cfg.model.path is None:
+        yield Finding(
+            "rollout.engine",
+            "`rollout.engine` vllm cannot load the embedded model: `model.path` is null",
+            "set `model.path` to a local Hugging Face model directory, or use `rollout.engine: hf` for the embedded "
+            "model",
+        )
+
+
+@rule(
+    "M002", "heads-do-not-divide-width", Severity.ERROR,
+    summary="The embedded model's `d_model` is not divisible by `n_heads`.",
+    what="Reports, for the embedded model (no `model.path`), a `model.d_model` that is not a multiple of "
+    "`model.n_heads`.",
+    why="Each attention head gets d_model / n_heads dimensions, so the width must divide evenly; the model "
+    "refuses to build, which happens only once the trainer and engine actors start.",
+    bad_example="model:\n  d_model: 64\n  n_heads: 6\n",
+    good_example="model:\n  d_model: 64\n  n_heads: 4\n",
+)
+def heads_do_not_divide_width(cfg, derived):
+    model = cfg.model
+    if model.path is None and model.d_model % model.n_heads:
+        yield Finding(
+            "model.n_heads",
+            f"`model.d_model` {model.d_model} is not divisible by `model.n_heads` {model.n_heads}",
+            f"set `model.n_heads` to a divisor of {model.d_model}, or `model.d_model` to a multiple of {model.n_heads}",
+        )
+
+
+def _context_text(shape, cfg) -> str:
+    return (f"the {shape.task} task's prompts are {shape.prompt_tokens} tokens (`data.length` {cfg.data.length}, "
+            "with the start token)")
+
+
+@rule(
+    "M003", "answer-exceeds-context", Severity.ERROR,
+    summary="A built-in task's prompt and answer do not fit the embedded model's context.",
+    what="Reports, for a built-in task with the embedded model, prompt tokens + answer tokens above "
+    "`model.max_seq_len`. The prompt is counted as the embedded tokenizer feeds it: a start token, then one "
+    "token per character.",
+    why="The engines stop generating when the context is full, so no completion can contain a whole answer "
+    "(and a prompt longer than the context leaves no room at all): rewards stay at their floor and nothing "
+    "is learned.",
+    bad_example="model:\n  max_seq_len: 16\ndata:\n  task: add\n  length: 6\nrollout:\n  max_new_tokens: 8\n",
+    good_example="model:\n  max_seq_len: 32\ndata:\n  task: add\n  length: 6\nrollout:\n  max_new_tokens: 8\n",
+)
+def answer_exceeds_context(cfg, derived):
+    shape = builtin_task_shape(cfg)
+    limit = cfg.model.max_seq_len
+    if shape is None or shape.prompt_tokens + shape.answer_tokens <= limit:
+        return
+    needed = shape.prompt_tokens + max(cfg.rollout.max_new_tokens, shape.answer_tokens)
+    yield Finding(
+        "model.max_seq_len",
+        f"{_context_text(shape, cfg)} and its answers {shape.answer_tokens}: "
+        f"{shape.prompt_tokens + shape.answer_tokens} tokens do not fit `model.max_seq_len` {limit}",
+        f"set `model.max_seq_len` to at least {needed}, or shorten the problems with `data.length`",
+    )
+
+
+@rule(
+    "M004", "completion-budget-cut", Severity.WARNING,
+    summary="The embedded model's context cuts the completion budget short.",
+    what="Reports, for a built-in task with the embedded model, prompt tokens + `rollout.max_new_tokens` "
+    "above `model.max_seq_len` while the answer itself still fits (otherwise M003).",
+    why="The engines silently shorten each completion to what the context has left, so `max_new_tokens` is "
+    "not the budget in effect, and completions that would have ended with the end-of-sequence token end "
+    "at the limit instead (finish reason `length`).",
+    bad_example="model:\n  max_seq_len: 16\ndata:\n  task: reverse\n  length: 6\nrollout:\n  max_new_tokens: 12\n",
+    good_example="model:\n  max_seq_len: 16\ndata:\n  task: reverse\n  length: 6\nrollout:\n  max_new_tokens: 8\n",
+)
+def completion_budget_cut(cfg, derived):
+    shape = builtin_task_shape(cfg)
+    limit, budget = cfg.model.max_seq_len, cfg.rollout.max_new_tokens
+    if shape is None or shape.prompt_tokens + shape.answer_tokens > limit or shape.prompt_tokens + budget <= limit:
+        return
+    left = limit - shape.prompt_tokens
+    yield Finding(
+        "rollout.max_new_tokens",
+        f"{_context_text(shape, cfg)}, so `model.max_seq_len` {limit} leaves room for {left} of the {budget} "
+        "tokens `rollout.max_new_tokens` allows",
+        f"set `rollout.max_new_tokens` to {left}, or `model.max_seq_len` to {shape.prompt_tokens + budget}",
+    )

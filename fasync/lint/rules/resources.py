@@ -1,0 +1,119 @@
+"""R: resources — GPUs, placement and the engines' share of the work (fasync.launch.plan, fasync.drivers)."""
+
+from __future__ import annotations
+
+from fasync.lint.diagnostic import Severity
+from fasync.lint.registry import Finding, rule
+from fasync.lint.rules.facts import ASYNC_MODES, plural
+
+
+@rule(
+    "R001", "gpus-oversubscribed", Severity.ERROR,
+    summary="The actors ask for more GPUs than the cluster provides.",
+    what="Reports GPU demand above `resources.num_gpus`: num_rollout_engines × gpus_per_engine + "
+    "trainer_ranks × gpus_per_trainer_rank, or the larger of the two when `resources.colocate` shares the "
+    "GPUs. A null `num_gpus` counts as 0 on a local cluster (no `resources.ray_address`); on a named "
+    "cluster it means whatever the cluster reports, which `fasync check` cannot know, so nothing is checked.",
+    why="Ray places an actor only where its GPUs are free. Actors that can never be placed wait forever "
+    "(Ray warns about infeasible resources in its logs, not to the driver), so the run hangs at start-up "
+    "instead of failing.",
+    bad_example="resources:\n  num_gpus: 2\n  num_rollout_engines: 2\n  gpus_per_engine: 1\n  trainer_ranks: 1\n"
+    "  gpus_per_trainer_rank: 1\n",
+    good_example="resources:\n  num_gpus: 3\n  num_rollout_engines: 2\n  gpus_per_engine: 1\n  trainer_ranks: 1\n"
+    "  gpus_per_trainer_rank: 1\n",
+)
+def gpus_oversubscribed(cfg, derived):
+    res = cfg.resources
+    if res.num_gpus is None and res.ray_address is not None:
+        return
+    available = res.num_gpus or 0
+    engines = res.num_rollout_engines * res.gpus_per_engine
+    trainers = res.trainer_ranks * res.gpus_per_trainer_rank
+    needed = max(engines, trainers) if res.colocate else engines + trainers
+    if needed <= available:
+        return
+    engine_part = f"{plural(res.num_rollout_engines, 'engine')} × {res.gpus_per_engine}"
+    trainer_part = f"{plural(res.trainer_ranks, 'trainer rank')} × {res.gpus_per_trainer_rank}"
+    demand = (f"the larger of {engine_part} and {trainer_part}, colocated" if res.colocate
+              else f"{engine_part} + {trainer_part}")
+    if res.num_gpus is None:
+        key = "resources.gpus_per_engine" if engines else "resources.gpus_per_trainer_rank"
+        supply = "`resources.num_gpus` is null and no `resources.ray_address` is set, so the local cluster has 0"
+    else:
+        key, supply = "resources.num_gpus", f"`resources.num_gpus` is {res.num_gpus}"
+    yield Finding(
+        key,
+        f"the actors ask for {plural(needed, 'GPU')} ({demand}) but {supply}",
+        f"set `resources.num_gpus: {needed}` if the machine has them, or ask for fewer "
+        "(`resources.num_rollout_engines`, `resources.gpus_per_engine`, `resources.trainer_ranks`)",
+    )
+
+
+@rule(
+    "R002", "colocated-async", Severity.WARNING,
+    summary="Rollout and training share GPUs in a mode that needs them to overlap.",
+    what="Reports `resources.colocate: true` in async or fully_async.",
+    why="The async modes are faster than sync only because generation and training run at the same time on "
+    "different devices. Colocated, they share the same GPUs and take turns (or contend for memory and "
+    "compute), so the run pays for stale data and off-policy correction without getting the overlap that "
+    "justifies them.",
+    bad_example="mode: async\nresources:\n  colocate: true\ncorrection:\n  level: token\n",
+    good_example="mode: async\nresources:\n  colocate: false\ncorrection:\n  level: token\n",
+)
+def colocated_async(cfg, derived):
+    if cfg.resources.colocate and cfg.mode in ASYNC_MODES:
+        yield Finding(
+            "resources.colocate",
+            f"`resources.colocate` shares the GPUs between rollout and training, but {cfg.mode} is only faster than "
+            "sync when they run at the same time on different devices",
+            "set `resources.colocate: false` and give rollout and training their own GPUs, or use `mode: sync`",
+        )
+
+
+@rule(
+    "R003", "vllm-without-gpu", Severity.ERROR,
+    summary="vLLM engines placed without a GPU.",
+    what="Reports `rollout.engine: vllm` with `resources.gpus_per_engine: 0`.",
+    why="vLLM runs on CUDA GPUs. An engine actor that asks Ray for no GPU is given none (Ray hides the "
+    "devices from it), so every vLLM engine fails when it starts.",
+    bad_example="model:\n  path: /models/Qwen2.5-0.5B-Instruct\nrollout:\n  engine: vllm\nresources:\n"
+    "  gpus_per_engine: 0\n",
+    good_example="model:\n  path: /models/Qwen2.5-0.5B-Instruct\nrollout:\n  engine: vllm\nresources:\n"
+    "  num_gpus: 1\n  gpus_per_engine: 1\n",
+)
+def vllm_without_gpu(cfg, derived):
+    if cfg.rollout.engine == "vllm" and cfg.resources.gpus_per_engine == 0:
+        yield Finding(
+            "resources.gpus_per_engine",
+            "`rollout.engine` vllm needs a CUDA GPU per engine, but `resources.gpus_per_engine` is 0",
+            "set `resources.gpus_per_engine: 1` (and `resources.num_gpus` to cover it), or use `rollout.engine: hf` "
+            "on CPU",
+        )
+
+
+@rule(
+    "R004", "idle-engines", Severity.WARNING,
+    summary="More rollout engines than prompt groups per rollout: some never generate.",
+    what="Reports, in sync and async, more `resources.num_rollout_engines` than prompt groups in one "
+    "generation round (`rollout.batch_size`, or `rollout.over_sampling_batch_size` if larger with dynamic "
+    "sampling).",
+    why="The sync and async drivers deal whole prompt groups out to the engines, one share per engine. "
+    "With more engines than groups the extra engines get nothing, yet each holds its CPUs or GPUs and a copy "
+    "of the weights that every sync must update. (fully_async admits groups per engine and is not affected.)",
+    bad_example="rollout:\n  batch_size: 4\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 32\n"
+    "  micro_batch_size: 32\nresources:\n  num_rollout_engines: 8\n",
+    good_example="rollout:\n  batch_size: 4\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 32\n"
+    "  micro_batch_size: 32\nresources:\n  num_rollout_engines: 4\n",
+)
+def idle_engines(cfg, derived):
+    rollout, engines = cfg.rollout, cfg.resources.num_rollout_engines
+    groups = rollout.batch_size
+    if rollout.dynamic_sampling and rollout.over_sampling_batch_size is not None:
+        groups = max(groups, rollout.over_sampling_batch_size)
+    if cfg.mode != "fully_async" and engines > groups:
+        yield Finding(
+            "resources.num_rollout_engines",
+            f"{engines} rollout engines but a generation round has only {plural(groups, 'prompt group')}: the driver "
+            f"gives each engine whole groups, so {engines - groups} engines never generate",
+            f"set `resources.num_rollout_engines` to at most {groups}",
+        )

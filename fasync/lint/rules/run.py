@@ -1,0 +1,82 @@
+"""P: the run plan — when it stops (`train.target_reward`) and what it saves (`checkpoint.*`)."""
+
+from __future__ import annotations
+
+from fasync.lint.diagnostic import Severity
+from fasync.lint.registry import Finding, rule
+from fasync.lint.rules.facts import REWARD_RANGES
+
+
+def _target_and_range(cfg):
+    """The target reward and the built-in reward's (lowest, highest), or None when either is unknown."""
+    target, reward = cfg.train.target_reward, cfg.reward.function
+    if target is None or reward not in REWARD_RANGES:
+        return None
+    return target, REWARD_RANGES[reward]
+
+
+@rule(
+    "P001", "unreachable-target-reward", Severity.ERROR,
+    summary="`train.target_reward` is above the most the reward can give.",
+    what="Reports a `train.target_reward` above the highest value of the built-in reward in "
+    "`reward.function` (1.0 for `exact_match`, `partial_match` and `boxed_math`). Custom rewards "
+    "(`module:function`) are not checked.",
+    why="Early stopping compares the running mean reward with the target; a target above the reward's "
+    "maximum is never met, so the run always runs all `train.num_rollouts`, which is usually not what a "
+    "target was set for (often a reward scale from another framework or a percentage).",
+    bad_example="reward:\n  function: exact_match\ntrain:\n  target_reward: 90\n",
+    good_example="reward:\n  function: exact_match\ntrain:\n  target_reward: 0.9\n",
+)
+def unreachable_target_reward(cfg, derived):
+    known = _target_and_range(cfg)
+    if known is not None and known[0] > known[1][1]:
+        target, (_, highest) = known
+        yield Finding(
+            "train.target_reward",
+            f"`train.target_reward` {target:g} is above the highest `{cfg.reward.function}` reward ({highest:g}): "
+            "the target is never reached",
+            f"set `train.target_reward` to at most {highest:g}, or null to run all `train.num_rollouts`",
+        )
+
+
+@rule(
+    "P002", "trivial-target-reward", Severity.WARNING,
+    summary="`train.target_reward` is at or below the least the reward can give: the run stops at once.",
+    what="Reports a `train.target_reward` at or below the lowest value of the built-in reward in "
+    "`reward.function` (0.0 for every built-in reward).",
+    why="Any running mean reaches such a target, so the run stops as soon as its first running mean is "
+    "taken, after a few rollouts, having learned nothing.",
+    bad_example="reward:\n  function: exact_match\ntrain:\n  target_reward: 0.0\n",
+    good_example="reward:\n  function: exact_match\ntrain:\n  target_reward: 0.9\n",
+)
+def trivial_target_reward(cfg, derived):
+    known = _target_and_range(cfg)
+    if known is not None and known[0] <= known[1][0]:
+        target, (lowest, _) = known
+        yield Finding(
+            "train.target_reward",
+            f"`train.target_reward` {target:g} is at or below the lowest `{cfg.reward.function}` reward "
+            f"({lowest:g}): the run stops after its first few rollouts",
+            "set `train.target_reward` to the reward you want to reach, or null to run all `train.num_rollouts`",
+        )
+
+
+@rule(
+    "P003", "checkpoint-never-saved", Severity.WARNING,
+    summary="The run never saves the policy.",
+    what="Reports `checkpoint.every` above `train.num_rollouts` together with `checkpoint.save_final: false`.",
+    why="A checkpoint is written every `checkpoint.every` rollouts (fully_async: drains); a period longer "
+    "than the run is never reached, and without `save_final` the trained policy is lost when the run ends. "
+    "Setting `every` at all says a checkpoint was wanted.",
+    bad_example="train:\n  num_rollouts: 100\ncheckpoint:\n  every: 200\n",
+    good_example="train:\n  num_rollouts: 100\ncheckpoint:\n  every: 50\n",
+)
+def checkpoint_never_saved(cfg, derived):
+    every, rollouts = cfg.checkpoint.every, cfg.train.num_rollouts
+    if every > rollouts and not cfg.checkpoint.save_final:
+        yield Finding(
+            "checkpoint.every",
+            f"`checkpoint.every` {every} exceeds `train.num_rollouts` {rollouts} and `checkpoint.save_final` is false: "
+            "the run saves no policy",
+            f"set `checkpoint.every` to at most {rollouts}, or `checkpoint.save_final: true`",
+        )

@@ -1,0 +1,210 @@
+"""S: staleness and the async modes — how old the data a step trains on may be (docs/fully-async.md).
+
+A weight version is one weight sync (every `async.update_weights_interval` rollouts or drains); a
+sample's staleness is the trainer's version minus the oldest version that produced any of its
+tokens, and the worst policy lag adds the optimizer steps taken within one rollout or drain.
+"""
+
+from __future__ import annotations
+
+from fasync.lint.diagnostic import Severity
+from fasync.lint.registry import Finding, rule
+from fasync.lint.rules.facts import ASYNC_MODES, lag_text, plural, uncorrected_partial_rollout, unit
+
+
+@rule(
+    "S001", "multi-step-staleness", Severity.WARNING,
+    summary="Several optimizer steps per rollout under a staleness bound: the lag exceeds the bound.",
+    what="Reports, in async and fully_async with `async.max_weight_staleness` set, more than one optimizer "
+    "step per rollout (fully_async: per drain), whether `train.num_steps_per_rollout` says so or it is "
+    "derived (samples per rollout // `train.global_batch_size`). The message gives the worst policy lag: "
+    "staleness + steps − 1.",
+    why="The staleness bound holds against the weights of the first optimizer step on a batch (the version "
+    "it is trained at). Every further step on the same batch trains on data one more update older, so the "
+    "last of s steps sees "
+    "a lag of staleness + s − 1, beyond the bound the config states (and beyond what the off-policy "
+    "correction was tuned for). One optimizer step per drain keeps the bound honest. A deliberate choice is "
+    "allowed: this is a warning, never an error.",
+    bad_example="mode: fully_async\nasync:\n  max_weight_staleness: 2\nrollout:\n  batch_size: 32\n"
+    "  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 64\n"
+    "correction:\n  level: token\n",
+    good_example="mode: fully_async\nasync:\n  max_weight_staleness: 2\nrollout:\n  batch_size: 32\n"
+    "  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 256\n  micro_batch_size: 64\n"
+    "correction:\n  level: token\n",
+)
+def multi_step_staleness(cfg, derived):
+    bound, steps = cfg.async_.max_weight_staleness, derived.num_steps_per_rollout
+    if cfg.mode not in ASYNC_MODES or bound is None or steps <= 1:
+        return
+    per = unit(cfg.mode)
+    explicit = cfg.train.num_steps_per_rollout is not None
+    source = ("`train.num_steps_per_rollout`" if explicit else
+              f"{derived.samples_per_rollout} samples / global batch {cfg.train.global_batch_size}")
+    fix = (f"set `train.use_dynamic_global_batch_size: true`, or `train.global_batch_size: "
+           f"{derived.samples_per_rollout}` (= samples per {per})")
+    if explicit:
+        fix += " with `train.num_steps_per_rollout: 1`"
+    yield Finding(
+        "train.num_steps_per_rollout" if explicit else "train.global_batch_size",
+        f"{steps} optimizer steps per {per} ({source}) under `async.max_weight_staleness` {bound}: worst policy "
+        f"lag is {derived.worst_policy_lag} versions (staleness {bound} + {steps} steps − 1), so the later steps "
+        f"train on data staler than the bound",
+        f"{fix}, for one optimizer step per {per}",
+    )
+
+
+@rule(
+    "S002", "dynamic-batch-redundant", Severity.INFO,
+    summary="`train.use_dynamic_global_batch_size` is redundant in fully_async.",
+    what="Reports `train.use_dynamic_global_batch_size: true` in fully_async.",
+    why="A fully_async drain always takes exactly `rollout.batch_size` groups, so its size is fixed and "
+    "known: the dynamic global batch only pins `train.num_steps_per_rollout` to 1. Setting "
+    "`train.global_batch_size` to the samples per drain says the same thing in the key that "
+    "`fasync config show` and the other modes read.",
+    bad_example="mode: fully_async\ntrain:\n  use_dynamic_global_batch_size: true\ncorrection:\n  level: token\n",
+    good_example="mode: fully_async\ntrain:\n  global_batch_size: 256\ncorrection:\n  level: token\n",
+)
+def dynamic_batch_redundant(cfg, derived):
+    if cfg.mode == "fully_async" and cfg.train.use_dynamic_global_batch_size:
+        yield Finding(
+            "train.use_dynamic_global_batch_size",
+            f"`train.use_dynamic_global_batch_size` is redundant in fully_async: every drain takes exactly "
+            f"`rollout.batch_size` {cfg.rollout.batch_size} groups ({derived.samples_per_rollout} samples), so it "
+            "only pins `train.num_steps_per_rollout` to 1",
+            f"remove it and set `train.global_batch_size: {derived.samples_per_rollout}`: one optimizer step per "
+            "drain, said where every mode reads it",
+        )
+
+
+@rule(
+    "S003", "unbounded-staleness", Severity.WARNING,
+    summary="fully_async without a staleness bound.",
+    what="Reports `async.max_weight_staleness: null` in fully_async.",
+    why="With no bound, the rollouter admits groups regardless of the version they will be trained at and no "
+    "group is ever dropped as stale: how old a trained sample can be depends only on the queue size, the "
+    "concurrency limit and how long generations take, and grows when the trainer is slow. Off-policy "
+    "correction degrades as the lag grows, and nothing in the config says how far that is.",
+    bad_example="mode: fully_async\nasync:\n  max_weight_staleness: null\ncorrection:\n  level: token\n",
+    good_example="mode: fully_async\nasync:\n  max_weight_staleness: 2\ncorrection:\n  level: token\n",
+)
+def unbounded_staleness(cfg, derived):
+    if cfg.mode == "fully_async" and cfg.async_.max_weight_staleness is None:
+        queue, batch = derived.max_queue_size, cfg.rollout.batch_size
+        yield Finding(
+            "async.max_weight_staleness",
+            f"`async.max_weight_staleness` is null: no group is ever too stale to train on; only the queue "
+            f"({queue} groups, {queue / batch:g} drains) and `async.max_concurrent_samples` limit how far the "
+            "rollouter runs ahead",
+            "set `async.max_weight_staleness` to the most versions a sample may lag behind the trainer (e.g. 1 or 2)",
+        )
+
+
+@rule(
+    "S004", "zero-staleness", Severity.INFO,
+    summary="`async.max_weight_staleness: 0` in an async mode behaves like sync.",
+    what="Reports `async.max_weight_staleness: 0` with `async.update_weights_interval: 1` in async or "
+    "fully_async.",
+    why="With a bound of 0, a rollout (or a group) may be generated only with the weights it will be trained "
+    "at, i.e. after the previous training step's weights were synced: generation and training take turns, "
+    "exactly as in sync mode, while paying for the async machinery (threads, the queue, version checks).",
+    bad_example="mode: async\nasync:\n  max_weight_staleness: 0\n",
+    good_example="mode: sync\n",
+)
+def zero_staleness(cfg, derived):
+    if cfg.mode in ASYNC_MODES and cfg.async_.max_weight_staleness == 0 and cfg.async_.update_weights_interval == 1:
+        waits = ("the rollouter admits a group only for the drain at the current weight version" if
+                 cfg.mode == "fully_async" else "rollout r + 1 may start only with the weights trained on rollout r")
+        yield Finding(
+            "async.max_weight_staleness",
+            f"`async.max_weight_staleness` 0 in {cfg.mode}: {waits}, so generation and training take turns as in sync",
+            "use `mode: sync` for the same semantics with less machinery, or `async.max_weight_staleness: 1` to "
+            "overlap generation with training",
+        )
+
+
+@rule(
+    "S005", "partial-rollout-uncorrected", Severity.WARNING,
+    summary="Partial rollouts without off-policy correction.",
+    what="Reports fully_async with `async.partial_rollout: true`, `correction.level: none` and a PPO ratio "
+    "anchored elsewhere than the behaviour logprobs (`correction.ratio_anchor` proximal or recompute).",
+    why="A partial rollout is aborted at a weight sync and resumed from its prefix under the new weights, so "
+    "one sample holds tokens of several policy versions. Only a per-token importance weight (or a PPO ratio "
+    "taken against the rollout logprobs themselves) accounts for which policy sampled which token; without "
+    "it the older tokens are trained on as if the current policy had sampled them.",
+    bad_example="mode: fully_async\nasync:\n  partial_rollout: true\ncorrection:\n  ratio_anchor: proximal\n"
+    "  level: none\n",
+    good_example="mode: fully_async\nasync:\n  partial_rollout: true\ncorrection:\n  ratio_anchor: proximal\n"
+    "  level: token\n",
+)
+def partial_rollout_uncorrected(cfg, derived):
+    if uncorrected_partial_rollout(cfg, derived):
+        yield Finding(
+            "async.partial_rollout",
+            "`async.partial_rollout` resumes aborted generations under new weights, so a sample's tokens come "
+            f"from several policy versions, but `correction.level` is none and the PPO ratio is anchored at the "
+            f"{derived.ratio_anchor} policy: nothing weighs the older tokens by π_train/π_behav",
+            "set `correction.level: token` (one weight per token, whichever version sampled it), or "
+            "`correction.ratio_anchor: behaviour`",
+        )
+
+
+def _never_synced(cfg) -> bool:
+    rollouts = cfg.train.num_rollouts
+    return cfg.mode in ASYNC_MODES and rollouts > 1 and cfg.async_.update_weights_interval >= rollouts
+
+
+@rule(
+    "S006", "weights-never-synced", Severity.ERROR,
+    summary="`async.update_weights_interval` is so long that trained weights never reach the engines.",
+    what="Reports, in async and fully_async, an `async.update_weights_interval` of at least "
+    "`train.num_rollouts` (for a run of more than one rollout).",
+    why="Weights are pushed to the engines once every interval rollouts (drains). With an interval as long "
+    "as the run, the push happens after the last one or never, so every sample of the run is generated by "
+    "the initial policy: the run is offline training on the initial policy's samples. The staleness metrics "
+    "read 0 throughout, because they count weight syncs, and there are none.",
+    bad_example="mode: async\ntrain:\n  num_rollouts: 100\nasync:\n  update_weights_interval: 100\n"
+    "correction:\n  level: token\n",
+    good_example="mode: async\ntrain:\n  num_rollouts: 100\nasync:\n  update_weights_interval: 1\n"
+    "correction:\n  level: token\n",
+)
+def weights_never_synced(cfg, derived):
+    if _never_synced(cfg):
+        interval, rollouts = cfg.async_.update_weights_interval, cfg.train.num_rollouts
+        per = unit(cfg.mode)
+        yield Finding(
+            "async.update_weights_interval",
+            f"`async.update_weights_interval` {interval} ≥ `train.num_rollouts` {rollouts}: trained weights reach "
+            f"the engines only after the last {per}, if at all, so every sample comes from the initial policy",
+            f"set `async.update_weights_interval` well below {rollouts} (1: a sync after every {per})",
+        )
+
+
+@rule(
+    "S007", "sync-interval-hides-lag", Severity.WARNING,
+    summary="`async.update_weights_interval` > 1: the staleness bound counts syncs, not optimizer steps.",
+    what="Reports, in async and fully_async with `async.max_weight_staleness` set, an "
+    "`async.update_weights_interval` above 1. The message gives how many optimizer steps one version spans "
+    "and the most optimizer steps a sample within the bound can lag: (staleness + 1) × interval × steps − 1.",
+    why="A weight version advances once per sync. With an interval of k, the trainer takes k × "
+    "num_steps_per_rollout optimizer steps per version, and staleness (like the `staleness_max` and "
+    "`policy_lag_max` metrics) does not see the steps between syncs: even a staleness of 0 is then off-policy "
+    "by up to (k − 1) × steps updates. The bound no longer says how off-policy the data is.",
+    bad_example="mode: async\nasync:\n  max_weight_staleness: 1\n  update_weights_interval: 4\n"
+    "correction:\n  level: token\n",
+    good_example="mode: async\nasync:\n  max_weight_staleness: 1\n  update_weights_interval: 1\n"
+    "correction:\n  level: token\n",
+)
+def sync_interval_hides_lag(cfg, derived):
+    bound, interval = cfg.async_.max_weight_staleness, cfg.async_.update_weights_interval
+    if cfg.mode not in ASYNC_MODES or bound is None or interval == 1 or _never_synced(cfg):
+        return
+    per_version = interval * derived.num_steps_per_rollout
+    yield Finding(
+        "async.update_weights_interval",
+        f"`async.update_weights_interval` {interval}: weights reach the engines every {interval} {unit(cfg.mode)}s "
+        f"({plural(per_version, 'optimizer step')}) and staleness counts syncs, not steps: a sample within "
+        f"`async.max_weight_staleness` {bound} can be up to {(bound + 1) * per_version - 1} optimizer steps behind "
+        f"the weights that train on it (worst policy lag in versions: {lag_text(derived)})",
+        "set `async.update_weights_interval: 1`, or choose `async.max_weight_staleness` knowing that one version "
+        f"is {plural(per_version, 'optimizer step')}",
+    )

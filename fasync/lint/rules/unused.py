@@ -1,0 +1,73 @@
+"""U: settings that the rest of the config makes the code ignore."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from fasync.lint.diagnostic import Severity
+from fasync.lint.registry import Finding, rule
+
+
+def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
+    """(section, fields, why the code ignores them, what would make them count) for every group of
+    settings that has no effect."""
+    async_, rollout = cfg.async_, cfg.rollout
+    if cfg.mode == "sync":
+        yield "async", ["max_weight_staleness", "update_weights_interval"], \
+            "sync trains each rollout on the weights that generated it and syncs after every rollout", \
+            "`mode: async` or `mode: fully_async`"
+    if cfg.mode != "fully_async":
+        yield "async", ["max_queue_size", "max_concurrent_samples", "stale_policy"], \
+            "only fully_async has a rollouter and a queue", "`mode: fully_async`"
+        yield "async", ["partial_rollout"], \
+            "only the fully_async rollouter aborts and resumes generations; in async they finish under their weights", \
+            "`mode: fully_async`"
+    elif async_.max_weight_staleness is None:
+        yield "async", ["stale_policy"], "with `async.max_weight_staleness` null no group is ever too stale", \
+            "a staleness bound (`async.max_weight_staleness`)"
+    if not rollout.dynamic_sampling or cfg.mode == "fully_async":
+        yield "rollout", ["over_sampling_batch_size", "max_sampling_rounds"], \
+            ("the fully_async rollouter refills continuously, without rounds" if rollout.dynamic_sampling
+             else "they size the refill rounds of `rollout.dynamic_sampling`, which is off"), \
+            "`rollout.dynamic_sampling: true` in sync or async"
+    if rollout.temperature == 0:
+        yield "rollout", ["top_p"], "greedy decoding (`rollout.temperature` 0) takes the most likely token", \
+            "a `rollout.temperature` above 0"
+    if cfg.train.use_dynamic_global_batch_size:
+        yield "train", ["global_batch_size"], "`train.use_dynamic_global_batch_size` makes each rollout one step", \
+            "`train.use_dynamic_global_batch_size: false`"
+    if cfg.model.path is not None:
+        yield "model", ["n_layers", "d_model", "n_heads", "max_seq_len"], \
+            "they describe the embedded model, and `model.path` loads a Hugging Face one", "`model.path: null`"
+    if cfg.data.path is not None:
+        yield "data", ["task", "length", "num_prompts"], "they describe a built-in task, and `data.path` is a file", \
+            "`data.path: null`"
+    else:
+        yield "data", ["prompt_key", "label_key"], "they name JSONL fields, and `data.path` is null", \
+            "a JSONL `data.path`"
+    if cfg.correction.level == "none":
+        yield "correction", ["weight_upper", "weight_lower", "batch_normalize"], \
+            "they shape importance weights, and `correction.level` is none", "`correction.level: token` or sequence"
+
+
+@rule(
+    "U001", "ignored-setting", Severity.INFO,
+    summary="A setting that has no effect with the rest of this config.",
+    what="Reports keys written in the config that the code ignores given the other settings: async keys in "
+    "sync mode, queue and partial-rollout keys outside fully_async, dynamic-sampling sizes without dynamic "
+    "sampling, `top_p` under greedy decoding, `train.global_batch_size` under the dynamic global batch, "
+    "embedded-model keys with `model.path`, built-in-task keys with `data.path` (and JSONL keys without), "
+    "weight-shaping keys with `correction.level: none`. Only keys some layer sets are reported, not defaults.",
+    why="A setting that does nothing reads as if it did: a reviewer (or you, later) believes the run has "
+    "a staleness bound, a queue limit or a model shape it does not have. Often it is a sign that another "
+    "key (`mode`, `correction.level`) is not what was meant.",
+    bad_example="mode: sync\nasync:\n  max_weight_staleness: 2\n",
+    good_example="mode: async\nasync:\n  max_weight_staleness: 2\ncorrection:\n  level: token\n",
+)
+def ignored_setting(cfg, derived):
+    for section_key, fields, reason, needs in _ignored(cfg):
+        section = getattr(cfg, "async_" if section_key == "async" else section_key)
+        for field in fields:
+            if field in section.model_fields_set:
+                yield Finding(f"{section_key}.{field}", f"`{section_key}.{field}` has no effect: {reason}",
+                              f"remove `{section_key}.{field}`; it would take effect with {needs}")
