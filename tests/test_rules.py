@@ -168,16 +168,7 @@ def test_builtin_task_shape(task, length, prompt_tokens, answer_tokens, tmp_path
     assert facts.builtin_task_shape(with_file) is None
 
 
-def _expected_to_pass(path: Path):
-    if path.name == "async.yaml":
-        # C004 is a true positive here (proximal anchor, correction.level none, lag 1); the config's
-        # owner decides between `correction.level: token` and another anchor. Strict: fails once fixed.
-        return pytest.param(path, marks=pytest.mark.xfail(strict=True, reason="C004 until async.yaml is updated"))
-    return path
-
-
-@pytest.mark.parametrize("path", [_expected_to_pass(p) for p in SHIPPED if not p.name.startswith("diagnostic-")],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [p for p in SHIPPED if not p.name.startswith("diagnostic-")], ids=lambda p: p.name)
 def test_shipped_configs_pass_strict(path):
     result = CliRunner().invoke(app, ["check", "--strict", str(path)])
     assert result.exit_code == 0, result.stdout

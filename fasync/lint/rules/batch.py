@@ -134,7 +134,7 @@ def rollout_below_global_batch(cfg, derived):
     "per rollout − num_steps_per_rollout × global_batch_size samples are trimmed each time. The message "
     "gives how many and what fraction.",
     why="Generation is most of the cost of a step of RL training, and trimmed samples were paid for in full; "
-    "they are counted as `dropped_trimmed` in the sample ledger. Which samples are trimmed is random (after "
+    "they are counted as dropped (`trimmed`) in the sample ledger. Which samples are trimmed is random (after "
     "shuffling), so some prompt groups are trained on only in part.",
     bad_example="rollout:\n  batch_size: 32\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 192\n"
     "  micro_batch_size: 64\n",
