@@ -130,6 +130,25 @@ def config_show(
 
 
 @app.command()
+def train(
+    targets: Annotated[list[str], typer.Argument(metavar="FILE [KEY=VALUE...]",
+                                                 help="The config file, then overrides such as train.lr=1e-4.")],
+    run_dir: Annotated[str | None, typer.Option("--run-dir", help="Where the run writes its files "
+                                                "(default: logging.run_dir, else runs/<name>-<time>).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Load, check and plan the actors, print the plan, "
+                                          "and exit without training.")] = False,
+) -> None:
+    """Check the config, start the actors on Ray and train. Exit 0: done, 1: errors or a failed run,
+    2: unloadable config, 130: interrupted."""
+    from fasync.launch.run import train as run_training
+
+    files, overrides = split_targets(targets)
+    if len(files) != 1:
+        _fail("fasync train: give exactly one config file")
+    raise typer.Exit(run_training(files[0], overrides, run_dir=run_dir, dry_run=dry_run))
+
+
+@app.command()
 def schema() -> None:
     """Print the config's JSON Schema (draft-07) for editor completion and validation."""
     from fasync.docs import render_schema_json

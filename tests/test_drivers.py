@@ -72,7 +72,6 @@ def run_mode(cfg: FasyncConfig, tmp_path, engines=None):
         _driver(cfg.mode)(run)
     finally:
         run.close()
-        run.trainer.kill()
     return run
 
 
@@ -146,7 +145,6 @@ def test_a_dead_engine_fails_the_run_quickly(ray_session, tmp_path):
     assert time.monotonic() - started < 30
     assert "actor" in str(failure.value).lower() or "died" in str(failure.value).lower()
     run.close()
-    run.trainer.kill()
 
 
 def test_a_dead_trainer_fails_the_async_run_quickly(ray_session, tmp_path):

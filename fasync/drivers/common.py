@@ -82,6 +82,7 @@ class Run:
         self.ledger = Ledger()
         self.ledger_lock = threading.Lock()
         self.factory = factory
+        self._owns_engines = engines is None
         self.engines = engines if engines is not None else start_engines(cfg, plan)
         self.trainer = TrainerGroup(cfg, plan)
         self.version = 0
@@ -200,4 +201,8 @@ class Run:
         return False
 
     def close(self) -> None:
+        """Flush the metrics and end the actors this run started."""
         self.writer.close()
+        self.trainer.kill()
+        for engine in self.engines if self._owns_engines else ():
+            ray.kill(engine)

@@ -25,11 +25,12 @@ def _limit_threads(threads: int) -> None:
 # `control` lets abort/pause/resume reach an engine while a generate call runs in the default group.
 @ray.remote(concurrency_groups={"control": 1})
 class EngineActor:
-    def __init__(self, cfg: FasyncConfig):
+    def __init__(self, cfg: FasyncConfig, index: int = 0):
         _limit_threads(cfg.resources.rollout_threads)
         from fasync.rollout.engine import build_engine
 
-        self.engine = build_engine(cfg)
+        # Each engine its own sampling stream: identical seeds would make every engine's groups identical.
+        self.engine = build_engine(cfg, seed=cfg.train.seed + 1 + index)
 
     def generate(self, requests, params):
         return self.engine.generate(requests, params)
@@ -104,7 +105,7 @@ class TrainerGroup:
 
 def start_engines(cfg: FasyncConfig, plan: ResourcePlan) -> list:
     options = plan.engine_options()
-    return [EngineActor.options(**options).remote(cfg) for _ in range(cfg.resources.num_rollout_engines)]
+    return [EngineActor.options(**options).remote(cfg, index) for index in range(cfg.resources.num_rollout_engines)]
 
 
 def push_weights(engines: list, state_ref, version: int) -> list:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -48,14 +49,27 @@ def _run_dir(cfg: FasyncConfig, config_path: str, run_dir: str | None) -> Path:
     return path
 
 
-def _start_ray(cfg: FasyncConfig, plan) -> None:
+def _worker_env() -> dict:
+    """The driver's import path for every worker, so that a `module:function` reward or a dataset
+    module found from the current directory is found by the actors too."""
+    paths = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}}
+
+
+def _start_ray(cfg: FasyncConfig, plan) -> bool:
+    """Join or start the cluster; False when this process was already connected (a caller that owns
+    the session, such as a test suite, keeps it)."""
     import ray
 
+    if ray.is_initialized():
+        return False
+    common = {"logging_level": "WARNING", "log_to_driver": True, "runtime_env": _worker_env()}
     if cfg.resources.ray_address:
-        ray.init(address=cfg.resources.ray_address, logging_level="WARNING", log_to_driver=True)
+        ray.init(address=cfg.resources.ray_address, **common)
     else:
         ray.init(num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
-                 include_dashboard=False, logging_level="WARNING", log_to_driver=True)
+                 include_dashboard=False, **common)
+    return True
 
 
 def _driver(mode: str):
@@ -145,7 +159,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
     started = time.monotonic()
     # Ctrl-C while Ray starts or the driver waits on an actor becomes a KeyboardInterrupt here.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _start_ray(cfg, plan)
+    owns_ray = _start_ray(cfg, plan)
     run = None
     outcome, code = "finished", EXIT_OK
     try:
@@ -167,6 +181,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
             (directory / "summary.json").write_text(json.dumps(summary, indent=2))
             _print_summary(summary, directory, run.ledger.describe())
             run.close()
-        ray.shutdown()
+        if owns_ray:
+            ray.shutdown()
     return code
 

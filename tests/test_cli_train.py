@@ -1,0 +1,128 @@
+"""`fasync train`: what it refuses before Ray starts, the dry run, and what a run leaves behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+TINY = {
+    "model": {"n_layers": 1, "d_model": 64, "n_heads": 4, "max_seq_len": 16},
+    "data": {"task": "reverse", "length": 2},
+    "reward": {"function": "partial_match"},
+    "rollout": {"batch_size": 16, "n_samples_per_prompt": 8, "max_new_tokens": 2},
+    "train": {"global_batch_size": 128, "micro_batch_size": 64, "num_rollouts": 60, "lr": 5e-3},
+    "logging": {"progress": "none"},
+}
+
+
+def write_config(directory: Path, name: str = "run.yaml", **sections) -> Path:
+    raw = {key: dict(value) for key, value in TINY.items()}
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            raw.setdefault(section, {}).update(values)
+        else:
+            raw[section] = values
+    path = directory / name
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def fasync(*args: str, cwd: Path = REPO, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "fasync.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_config_that_cannot_load_exits_2_before_anything_starts(tmp_path):
+    config = write_config(tmp_path, train={"global_batch_sise": 128})
+    result = fasync("train", str(config), "--run-dir", str(tmp_path / "out"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "global_batch_sise" in result.stdout and "did you mean" in result.stdout
+    assert not (tmp_path / "out").exists()
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_lint_errors_stop_the_run_before_ray(tmp_path):
+    config = write_config(tmp_path, rollout={"n_samples_per_prompt": 1}, train={"global_batch_size": 16})
+    result = fasync("train", str(config), "--run-dir", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "n_samples_per_prompt" in result.stdout
+    assert "nothing was started" in result.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path):
+    config = write_config(tmp_path, mode="fully_async")
+    result = fasync("train", str(config), "--dry-run", "--run-dir", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "fully_async" in result.stdout
+    assert "engine" in result.stdout.lower() and "trainer" in result.stdout.lower()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "sections, expected",
+    [
+        ({"data": {"path": "no/such/file.jsonl"}}, "no/such/file.jsonl"),
+        ({"reward": {"function": "no_such_module_xyz:score"}}, "no_such_module_xyz"),
+        ({"reward": {"function": "json:dumps_nothing"}}, "dumps_nothing"),
+    ],
+)
+def test_bad_inputs_are_one_clear_message_before_training(tmp_path, sections, expected):
+    config = write_config(tmp_path, **sections)
+    result = fasync("train", str(config), "--run-dir", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert expected in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_a_custom_reward_module_from_the_working_directory_reaches_the_actors(tmp_path):
+    (tmp_path / "my_reward.py").write_text(textwrap.dedent("""
+        def first_digit(completion, label):
+            return float(completion[:1] == label[:1])
+    """))
+    config = write_config(tmp_path, reward={"function": "my_reward:first_digit"}, train={"num_rollouts": 2})
+    result = fasync("train", str(config), "--run-dir", str(tmp_path / "out"), cwd=tmp_path,
+                    env_extra={"PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["outcome"] == "finished" and summary["optimizer_steps"] == 2
+
+
+@pytest.mark.ray
+def test_a_sync_run_learns_and_leaves_config_metrics_and_summary(ray_session, tmp_path):
+    from fasync.launch.run import train
+
+    config = write_config(tmp_path)
+    out = tmp_path / "out"
+    assert train(str(config), ["train.seed=1"], run_dir=str(out)) == 0
+
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["train"]["seed"] == 1
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == TINY["train"]["num_rollouts"]
+    for key in ("step", "rollout", "weight_version", "reward_mean", "loss", "kl", "entropy", "clip_fraction",
+                "grad_norm", "tokens_per_s", "wall_time", "generate_time_s", "train_time_s",
+                "weight_sync_time_s", "staleness_mean", "staleness_max"):
+        assert key in records[0], key
+    assert all(r["staleness_max"] == 0 for r in records)
+    assert [r["wall_time"] for r in records] == sorted(r["wall_time"] for r in records)
+    first = sum(r["reward_mean"] for r in records[:5]) / 5
+    last = sum(r["reward_mean"] for r in records[-5:]) / 5
+    assert last > first + 0.4, (first, last)
+
+    summary = json.loads((out / "summary.json").read_text())
+    ledger = summary["ledger"]
+    assert ledger["produced"] == ledger["consumed"] + sum(ledger["dropped"].values()) + ledger["queued"] + \
+        ledger["in_flight"]
+    assert summary["outcome"] == "finished"
