@@ -138,8 +138,9 @@ class AsyncConfig(Section):
     )
     partial_rollout: bool = Field(
         False,
-        description="On a weight sync, abort in-flight generations and resume them from their prefix under the new "
-        "weights. Off: they finish under the old weights.",
+        description="fully_async: on a weight sync, abort in-flight generations and resume them from their prefix "
+        "under the new weights. Off: they finish under the old weights. (async pushes weights between rollouts, "
+        "so nothing is in flight to abort.)",
     )
     stale_policy: Literal["drop", "regenerate"] = Field(
         "drop", description="fully_async: what happens to a group that became too stale to train on."

@@ -124,6 +124,7 @@ def run_fully_async(run: Run) -> None:
                 record.update(
                     queue_size=queue_stats["queue_size"],
                     rollouter_pause_s=state["pause_s"] - fa.last_pause_s,
+                    **{f"dropped_{reason}": count for reason, count in state["dropped"].items()},
                     dropped_stale=fa.dropped["stale"],
                     resumed_groups=state["resumed_groups"],
                 )
