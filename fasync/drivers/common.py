@@ -187,6 +187,8 @@ class Run:
             with self.ledger_lock:
                 record["ledger_balanced"] = self.ledger.balanced
             self.progress.update(self.writer.write(record))
+            if record.get("skipped"):
+                self.progress.message(f"warning: step {record['step']} took no optimizer step: {record['skip_reason']}")
         every = self.cfg.checkpoint.every
         if records and every and (records[-1]["rollout"] + 1) % every == 0:
             self.trainer.save(str(self.run_dir / f"checkpoint-{records[-1]['rollout'] + 1}.pt"))
