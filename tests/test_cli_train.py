@@ -126,3 +126,16 @@ def test_a_sync_run_learns_and_leaves_config_metrics_and_summary(ray_session, tm
     assert ledger["produced"] == ledger["consumed"] + sum(ledger["dropped"].values()) + ledger["queued"] + \
         ledger["in_flight"]
     assert summary["outcome"] == "finished"
+
+
+def test_a_rerun_into_the_same_directory_keeps_the_earlier_run(tmp_path):
+    from fasync.config.schema import FasyncConfig
+    from fasync.launch.run import _run_dir
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 0}\n')
+    fresh = _run_dir(FasyncConfig(), "run.yaml", str(out))
+    assert fresh == out and not any(out.iterdir())
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("out-")]
+    assert len(kept) == 1 and (kept[0] / "metrics.jsonl").read_text() == '{"step": 0}\n'

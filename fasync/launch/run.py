@@ -45,6 +45,14 @@ def _run_dir(cfg: FasyncConfig, config_path: str, run_dir: str | None) -> Path:
     if chosen is None:
         chosen = f"runs/{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     path = Path(chosen)
+    if path.is_dir() and any(path.iterdir()):
+        # A rerun into the same directory must not mix with, or overwrite, the earlier run's files.
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+        kept = path.with_name(f"{path.name}-{stamp}")
+        while kept.exists():
+            kept = kept.with_name(kept.name + "_")
+        path.rename(kept)
+        _echo(f"fasync train: the previous run in {path} was moved to {kept}")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
