@@ -47,6 +47,15 @@ def sum_scalars(values: list[float]) -> list[float]:
     return tensor.tolist()
 
 
+def gather_objects(value) -> list:
+    """Every rank's `value`, in rank order (picklable; for per-rank dicts whose keys may differ)."""
+    if not dist.is_initialized():
+        return [value]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -47,7 +47,9 @@ class Trainer:
         tokenizer = build_tokenizer(cfg.model, cfg.data)
         self.pad_id = tokenizer.pad_id
         distributed.init(rank, world_size, init_method)
-        self.model = build_model(cfg.model, tokenizer, seed=cfg.train.seed).to(self.device)
+        # Eval mode throughout, gradients or not: with dropout on, the policy trained would not be the one the
+        # engines sample from (and score behaviour logprobs with), so even fresh samples would look off-policy.
+        self.model = build_model(cfg.model, tokenizer, seed=cfg.train.seed).to(self.device).eval()
         distributed.broadcast_parameters(self.model)
         self.reference = None
         if cfg.train.kl_coef > 0:
@@ -103,9 +105,10 @@ class Trainer:
         step_tokens, step_sequences = (int(v) for v in distributed.sum_scalars(
             [tokens, sum(int(b.completion_mask.any(-1).sum()) for b in batches)]))
         sums: dict[str, float] = defaultdict(float)
-        correction_metrics: dict[str, float] = defaultdict(float)
+        # Correction metrics of this rank: token-weighted sums, and maxima.
+        correction_sums: dict[str, float] = defaultdict(float)
+        correction_maxima: dict[str, float] = {}
 
-        self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         for batch in batches:
             logp, entropy = token_logprobs(self.model, batch.input_ids, batch.attention_mask, batch.position_ids,
@@ -135,12 +138,12 @@ class Trainer:
                 sums[name] += float(part)
             sums["clipped"] += float((clipped & keep).sum())
             sums["kept"] += kept
+            batch_tokens = int(batch.completion_mask.sum())
             for name, value in corrected.metrics.items():
-                batch_tokens = int(batch.completion_mask.sum())
                 if name in _MAX_METRICS:
-                    correction_metrics[name] = max(correction_metrics.get(name, value), value)
+                    correction_maxima[name] = max(correction_maxima.get(name, value), value)
                 else:
-                    correction_metrics[name] += value * batch_tokens / max(tokens, 1)
+                    correction_sums[name] += value * batch_tokens
 
         names = ["loss", "pg_loss", "entropy", "kl", "clipped", "kept"]
         totals = dict(zip(names, distributed.sum_scalars([sums[name] for name in names])))
@@ -155,6 +158,8 @@ class Trainer:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
             self.optimizer.step()
             self.steps += 1
+        correction_metrics = _combine_correction_metrics(
+            distributed.gather_objects((correction_sums, correction_maxima)), step_tokens)
         correction_metrics["is/all_rejected"] = float(record["skipped"])
 
         staleness = [s.staleness(current_version) for s in step_samples]
@@ -198,3 +203,15 @@ class Trainer:
     def save(self, path: str) -> None:
         if self.rank == 0:
             torch.save(self.state_dict(), path)
+
+
+def _combine_correction_metrics(shares: list[tuple[dict[str, float], dict[str, float]]], step_tokens: int) -> dict:
+    """The step's correction metrics from every rank's (token-weighted sums, maxima): token means over the
+    whole step, and maxima over all ranks. A rank without tokens this step contributes nothing."""
+    metrics: dict[str, float] = defaultdict(float)
+    for sums, maxima in shares:
+        for name, value in sums.items():
+            metrics[name] += value / max(step_tokens, 1)
+        for name, value in maxima.items():
+            metrics[name] = max(metrics.get(name, value), value)
+    return metrics
