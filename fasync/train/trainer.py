@@ -93,7 +93,7 @@ class Trainer:
 
     @torch.no_grad()
     def _logprobs(self, batch: MicroBatch, model=None) -> Tensor:
-        logp, _ = token_logprobs(model or self.model, batch.input_ids, batch.attention_mask, batch.position_ids,
+        logp, _ = token_logprobs(self.model if model is None else model, batch.input_ids, batch.attention_mask, batch.position_ids,
                                  self.cfg.rollout.temperature)
         return logp
 
@@ -133,9 +133,9 @@ class Trainer:
             loss = parts["pg_loss"] + train.kl_coef * parts.get("kl", 0.0) - train.entropy_coef * parts["entropy"]
             loss.backward()
             kept = int(keep.sum())
-            sums["loss"] += float(loss)
+            sums["loss"] += float(loss.detach())
             for name, part in parts.items():
-                sums[name] += float(part)
+                sums[name] += float(part.detach())
             sums["clipped"] += float((clipped & keep).sum())
             sums["kept"] += kept
             batch_tokens = int(batch.completion_mask.sum())
