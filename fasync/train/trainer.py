@@ -93,8 +93,8 @@ class Trainer:
 
     @torch.no_grad()
     def _logprobs(self, batch: MicroBatch, model=None) -> Tensor:
-        logp, _ = token_logprobs(self.model if model is None else model, batch.input_ids, batch.attention_mask, batch.position_ids,
-                                 self.cfg.rollout.temperature)
+        logp, _ = token_logprobs(self.model if model is None else model, batch.input_ids, batch.attention_mask,
+                                 batch.position_ids, self.cfg.rollout.temperature)
         return logp
 
     def _step(self, index: int, step_samples: list[Sample], batches: list[MicroBatch], current_version: int) -> dict:
