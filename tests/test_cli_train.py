@@ -139,3 +139,25 @@ def test_a_rerun_into_the_same_directory_keeps_the_earlier_run(tmp_path):
     assert fresh == out and not any(out.iterdir())
     kept = [p for p in tmp_path.iterdir() if p.name.startswith("out-")]
     assert len(kept) == 1 and (kept[0] / "metrics.jsonl").read_text() == '{"step": 0}\n'
+
+
+def test_ctrl_c_stops_the_run_cleanly_and_keeps_the_summary(tmp_path):
+    import signal
+    import time
+
+    config = write_config(tmp_path, mode="fully_async", train={"num_rollouts": 100000})
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", str(config), "--run-dir", str(out)],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not ((out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 3):
+        assert process.poll() is None and time.monotonic() < deadline, "the run did not start training"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert "interrupted" in output
+    assert "Traceback" not in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["outcome"] == "interrupted"
+    assert summary["optimizer_steps"] >= 3

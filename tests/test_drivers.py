@@ -160,3 +160,27 @@ def test_a_dead_trainer_fails_the_async_run_quickly(ray_session, tmp_path):
         run_async(run)
     assert time.monotonic() - started < 30
     run.close()
+
+
+def test_a_dead_rollouter_fails_the_run_quickly(ray_session, tmp_path, monkeypatch):
+    import ray
+
+    from fasync.drivers import fully_async
+
+    cfg = tiny_config(mode="fully_async", train={"num_rollouts": 1000})
+    run = start_run(cfg, tmp_path)
+    started = []
+    original = fully_async.FullyAsync.__init__
+
+    def remember(self, run):
+        original(self, run)
+        started.append(self.rollouter)
+        threading.Timer(2.0, lambda: ray.kill(self.rollouter)).start()
+
+    monkeypatch.setattr(fully_async.FullyAsync, "__init__", remember)
+    began = time.monotonic()
+    with pytest.raises(Exception) as failure:
+        fully_async.run_fully_async(run)
+    run.close()
+    assert started and time.monotonic() - began < 30
+    assert "actor" in str(failure.value).lower() or "rollouter" in str(failure.value).lower()
