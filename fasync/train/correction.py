@@ -73,8 +73,9 @@ def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
 
 
 def _k3(log_ratio: Tensor) -> Tensor:
-    """Per-token k3 estimate of KL(π_behav ‖ π_train): r − 1 − log r ≥ 0, and 0 where log r = 0."""
-    return _exp(log_ratio) - 1.0 - log_ratio
+    """Per-token k3 estimate of KL(π_behav ‖ π_train): r − 1 − log r ≥ 0, and 0 where log r = 0.
+    Clamped at 0: for |log r| near float precision the subtraction can round below it."""
+    return (_exp(log_ratio) - 1.0 - log_ratio).clamp(min=0.0)
 
 
 def _normalized_ess(log_weights: Tensor, mask: Tensor) -> Tensor:
