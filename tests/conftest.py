@@ -1,6 +1,13 @@
 import os
 
 import pytest
+from hypothesis import settings
+
+# CI runs the same examples every time, so that a red build always reproduces; set
+# HYPOTHESIS_PROFILE=explore locally to search with fresh random examples.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Tests share two cores with each other's actors: one torch thread each keeps them from thrashing.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
