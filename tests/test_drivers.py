@@ -111,13 +111,17 @@ def test_async_never_trains_beyond_the_bound(ray_session, tmp_path, staleness, i
     assert_ledger_balanced(run)
 
 
-@pytest.mark.parametrize("partial", [False, True])
-def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, partial):
+@pytest.mark.parametrize("partial, engines, stale_policy", [(False, 1, "drop"), (True, 1, "drop"),
+                                                          (False, 2, "regenerate")])
+def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, partial, engines, stale_policy):
+    # Two engines finish groups out of admission order, so some can arrive staler than admission planned.
     cfg = tiny_config(
         mode="fully_async",
         train={"num_rollouts": 8},
         rollout={"max_new_tokens": 4},
-        **{"async": {"max_weight_staleness": 1, "partial_rollout": partial, "max_concurrent_samples": 8}},
+        resources={"num_rollout_engines": engines},
+        **{"async": {"max_weight_staleness": 1, "partial_rollout": partial, "max_concurrent_samples": 8,
+                     "stale_policy": stale_policy}},
     )
     run = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.08, seed=7))
     history = run.writer.history
