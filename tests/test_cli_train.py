@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sections import with_sections
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,14 +26,8 @@ TINY = {
 
 
 def write_config(directory: Path, name: str = "run.yaml", **sections) -> Path:
-    raw = {key: dict(value) for key, value in TINY.items()}
-    for section, values in sections.items():
-        if isinstance(values, dict):
-            raw.setdefault(section, {}).update(values)
-        else:
-            raw[section] = values
     path = directory / name
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    path.write_text(yaml.safe_dump(with_sections(TINY, **sections), sort_keys=False))
     return path
 
 

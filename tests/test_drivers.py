@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from sections import with_sections
 
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
@@ -29,13 +30,7 @@ TINY = {
 
 
 def tiny_config(**sections) -> FasyncConfig:
-    raw = {key: dict(value) for key, value in TINY.items()}
-    for section, values in sections.items():
-        if isinstance(values, dict):
-            raw.setdefault(section, {}).update(values)
-        else:
-            raw[section] = values
-    return FasyncConfig.model_validate(raw)
+    return FasyncConfig.model_validate(with_sections(TINY, **sections))
 
 
 def delayed_engines(cfg: FasyncConfig, max_delay_s: float, seed: int):

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
 from fasync.drivers.common import build_factory
@@ -34,10 +35,7 @@ RECORD_KEYS = {
 
 
 def config(**sections) -> FasyncConfig:
-    merged = {name: dict(values) for name, values in BASE.items()}
-    for name, values in sections.items():
-        merged.setdefault(name, {}).update(values)
-    return FasyncConfig.model_validate(merged)
+    return FasyncConfig.model_validate(with_sections(BASE, **sections))
 
 
 def scramble(trainer: Trainer, seed: int = 0) -> None:
