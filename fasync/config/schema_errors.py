@@ -16,7 +16,6 @@ from fasync.config.schema import FasyncConfig
 from fasync.lint.diagnostic import Diagnostic
 from fasync.lint.migration import describe, migration_for, normalize
 
-
 _FIELD_NAMES = {path[-1] for path, _ in iter_fields()}
 
 
