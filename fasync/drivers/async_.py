@@ -31,6 +31,7 @@ def run_async(run: Run) -> None:
     lookahead = (bound + 1) * interval if bound is not None else 2
     pending: deque[tuple[int, Future]] = deque()
     next_rollout = 0
+    run.wait_until_ready()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasync-generate") as generator:
         try:
             for rollout in range(total):

@@ -12,7 +12,7 @@ import ray
 
 from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
-from fasync.launch.actors import TrainerGroup, push_weights, start_engines
+from fasync.launch.actors import TrainerGroup, pack, push_weights, start_engines, unpack
 from fasync.launch.plan import ResourcePlan
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
@@ -36,11 +36,11 @@ def generate(engines: list, groups: list[PromptGroup], params) -> list[PromptGro
     """Run every request of `groups` to completion, spreading the groups over the engines."""
     shares = [groups[i:: len(engines)] for i in range(len(engines))]
     calls = [
-        engine.generate.remote([req for group in share for req in group.requests], params)
+        engine.generate.remote(pack([req for group in share for req in group.requests]), params)
         for engine, share in zip(engines, shares)
         if share
     ]
-    by_id = {gen.request_id: gen for result in ray.get(calls) for gen in result}
+    by_id = {gen.request_id: gen for result in ray.get(calls) for gen in unpack(result)}
     for group in groups:
         group.requests = [by_id[req.request_id] for req in group.requests]
     return groups
@@ -90,7 +90,14 @@ class Run:
         self.recent_rewards: deque[float] = deque(maxlen=REWARD_WINDOW)
         self._last_record_time = time.monotonic()
         self.stop_reason = "completed all rollouts"
-        self.sync_weights()
+        # Version 0, pushed without waiting: a driver starts its own actors before `wait_until_ready`,
+        # so that they start up alongside the engines and the trainer.
+        self._first_push = push_weights(self.engines, self.trainer.state_dict_ref(), self.version)
+
+    def wait_until_ready(self) -> None:
+        """Block until the engines and the trainer have started and the engines hold version 0; raises the
+        start-up error of an actor that failed."""
+        ray.get(self._first_push)
 
     def sync_weights(self, wait: bool = True) -> float:
         """Push the trainer's weights to every engine as the current version; returns the seconds the
@@ -161,6 +168,8 @@ class Run:
                 "weight_version": self.version,
                 "generate_time_s": batch.generate_time_s if index == 0 else 0.0,
                 "weight_sync_time_s": 0.0,
+                # The trainer's core is held for the whole call, the samples' transfer included.
+                "train_call_time_s": train_time / len(steps),
                 "rollout_reward_mean": self.recent_rewards[-1],
                 "sampling_rounds": batch.rounds,
                 **{f"dropped_{reason}": count for reason, count in batch.drops.items()},

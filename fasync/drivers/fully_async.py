@@ -1,5 +1,8 @@
 """fully_async: a rollouter streams prompt groups into a bounded queue; the trainer drains them.
 
+The queue lives in the rollouter actor, and one call per drain brings the groups together with the
+ledger and queue counters that the drain's records report.
+
 Each drain takes exactly `rollout.batch_size` groups, trains `num_steps_per_rollout`
 optimizer steps on them (one by default: see docs/fully-async.md) and, every
 `async.update_weights_interval` drains, pushes new weights through the rollouter.
@@ -15,10 +18,9 @@ from collections import Counter
 import ray
 
 from fasync.drivers.common import RolloutBatch, Run
-from fasync.rollout.queue import GroupQueue
+from fasync.launch.actors import unpack
 from fasync.rollout.rollouter import Rollouter
 
-RemoteQueue = ray.remote(num_cpus=0)(GroupQueue)
 RemoteRollouter = ray.remote(num_cpus=0)(Rollouter)
 
 
@@ -30,12 +32,12 @@ class FullyAsync:
     def __init__(self, run: Run):
         self.run = run
         cfg = run.cfg
-        self.queue = RemoteQueue.remote(run.derived.max_queue_size)
-        self.rollouter = RemoteRollouter.remote(cfg, run.engines, self.queue, run.factory)
+        self.rollouter = RemoteRollouter.remote(cfg, run.engines, run.factory)
         self.running = self.rollouter.run.remote()
         self.got = 0
         self.dropped: Counter = Counter()
         self.pending_sync = None
+        self.prefetched = None
         self.last_pause_s = 0.0
         self.last_busy_s = 0.0
 
@@ -47,14 +49,21 @@ class FullyAsync:
             raise RolloutStopped("the rollouter stopped before the run was finished")
         return ray.get(ref)
 
-    def drain(self) -> tuple[RolloutBatch, float]:
-        """`rollout.batch_size` groups fresh enough to train on at the current version."""
+    def drain(self) -> tuple[RolloutBatch, float, dict]:
+        """`rollout.batch_size` groups fresh enough to train on at the current version, the seconds waited
+        for them, and the rollouter's state right after the last of them was taken.
+
+        The next drain's groups are asked for as soon as this one's are in, so that the round trip to the
+        rollouter overlaps training. They are checked for staleness only when that drain uses them, at the
+        version it trains with, and count as queued until then."""
         cfg = self.run.cfg
         bound = cfg.async_.max_weight_staleness
         fresh = []
         start = time.monotonic()
         while len(fresh) < cfg.rollout.batch_size:
-            groups = self._wait(self.queue.get.remote(cfg.rollout.batch_size - len(fresh)))
+            request = self.prefetched or self.rollouter.take.remote(cfg.rollout.batch_size - len(fresh))
+            self.prefetched = None
+            groups, state = unpack(self._wait(request))
             self.got += sum(g.size for g in groups)
             stale = [g for g in groups if bound is not None and self.run.version - g.oldest_version > bound]
             if stale:
@@ -62,7 +71,8 @@ class FullyAsync:
                 self.rollouter.report_stale.remote(stale)
             fresh += [g for g in groups if g not in stale]
         waited = time.monotonic() - start
-        return RolloutBatch(fresh, generate_time_s=0.0), waited
+        self.prefetched = self.rollouter.take.remote(cfg.rollout.batch_size)
+        return RolloutBatch(fresh, generate_time_s=0.0), waited, state
 
     def sync(self) -> float:
         """Start pushing the new version; the trainer goes on with the next drain meanwhile."""
@@ -70,12 +80,9 @@ class FullyAsync:
         if self.pending_sync is not None:
             self._wait(self.pending_sync)
         version = self.run.version + 1
-        self.pending_sync = self.rollouter.update_weights.remote(self.run.trainer.state_dict_ref(), version)
+        self.pending_sync = self.rollouter.update_weights.remote([self.run.trainer.state_dict_ref()], version)
         self.run.version = version
         return time.monotonic() - start
-
-    def ledger(self) -> dict:
-        return self._account(self._wait(self.rollouter.ledger.remote()))
 
     def finish(self) -> dict:
         """Stop generating and take the final ledger once every engine loop has ended; groups still
@@ -83,10 +90,11 @@ class FullyAsync:
         if self.pending_sync is not None:
             self._wait(self.pending_sync)
         ray.get(self.rollouter.stop.remote())
-        ray.get(self.queue.shutdown.remote())
-        return self._account(ray.get(self.running))
+        return self.account(ray.get(self.running))
 
-    def _account(self, rollouter: dict) -> dict:
+    def account(self, rollouter: dict) -> dict:
+        """The run's ledger from the rollouter's counts (produced, in flight, put) and the driver's own
+        (taken, stale, trained, trimmed)."""
         consumed = self.run.ledger.consumed
         trimmed = self.run.ledger.dropped.get("trimmed", 0)
         dropped = Counter(rollouter["dropped"]) + self.dropped + Counter({"trimmed": trimmed})
@@ -101,28 +109,26 @@ class FullyAsync:
     def close(self) -> None:
         try:
             ray.get(self.rollouter.stop.remote(), timeout=10)
-            ray.get(self.queue.shutdown.remote(), timeout=10)
         except Exception:  # noqa: BLE001 - shutting down after a failure must not mask it
             pass
-        for actor in (self.rollouter, self.queue):
-            ray.kill(actor)
+        ray.kill(self.rollouter)
 
 
 def run_fully_async(run: Run) -> None:
     fa = FullyAsync(run)
     interval = run.cfg.async_.update_weights_interval
     try:
+        run.wait_until_ready()
         for drain in range(run.cfg.train.num_rollouts):
-            batch, waited = fa.drain()
+            batch, waited, state = fa.drain()
             records = run.train(drain, batch, {"trainer_wait_s": waited})
             sync_time = fa.sync() if (drain + 1) % interval == 0 else 0.0
-            state = fa.ledger()
-            queue_stats = ray.get(fa.queue.stats.remote())
+            fa.account(state)
             # Engine time spent generating since the last drain (spread over the engines' calls).
             records[0]["generate_time_s"] = state["busy_s"] - fa.last_busy_s
             for record in records:
                 record.update(
-                    queue_size=queue_stats["queue_size"],
+                    queue_size=state["queue_size"],
                     rollouter_pause_s=state["pause_s"] - fa.last_pause_s,
                     **{f"dropped_{reason}": count for reason, count in state["dropped"].items()},
                     dropped_stale=fa.dropped["stale"],

@@ -9,6 +9,7 @@ from fasync.drivers.common import Run
 
 
 def run_sync(run: Run) -> None:
+    run.wait_until_ready()
     for rollout in range(run.cfg.train.num_rollouts):
         batch = run.collect(run.version)
         records = run.train(rollout, batch)

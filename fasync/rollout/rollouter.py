@@ -1,4 +1,4 @@
-"""The rollouter (fully_async): streams prompt groups through the engines into the queue.
+"""The rollouter (fully_async): streams prompt groups through the engines into the queue it holds.
 
 Admission is version-based (bounded staleness, as in AReaL): the group about to
 be admitted will be trained in drain d = (groups ahead of it) // batch_size, at
@@ -6,9 +6,14 @@ trainer version d // update_weights_interval; it is admitted only if that is at
 most `max_weight_staleness` versions ahead of the weights it would be generated
 with. Admission also stops while the queue plus the groups in flight would
 overflow the queue, or the engines already generate `max_concurrent_samples`.
+An engine loop with nothing admissible sleeps until something that admission
+depends on changes (a drain, a delivery, a drop, a new version, the stop).
 
 Each engine has at most one generate call outstanding, so a weight sync only
 has to wait for (or, with partial rollout, abort) that call before loading.
+
+The queue lives in this actor: a delivery is a local put, and the trainer's
+drain is one call that also returns the ledger and the queue's counters.
 """
 
 from __future__ import annotations
@@ -20,19 +25,17 @@ from collections import Counter, deque
 
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
+from fasync.launch.actors import pack, unpack
 from fasync.rollout.groups import PromptGroup, zero_variance
-from fasync.rollout.queue import QueueClosed
-
-IDLE_POLL_S = 0.02
-"""How long an engine loop with nothing admissible sleeps before looking again."""
+from fasync.rollout.queue import GroupQueue, QueueClosed
 
 
 class Rollouter:
-    def __init__(self, cfg: FasyncConfig, engines: list, queue, factory):
+    def __init__(self, cfg: FasyncConfig, engines: list, factory):
         self.cfg = cfg
         self.derived = derive(cfg)
         self.engines = engines
-        self.queue = queue
+        self.queue = GroupQueue(self.derived.max_queue_size)
         self.factory = factory
         self.n = cfg.rollout.n_samples_per_prompt
         self.version = 0
@@ -44,6 +47,7 @@ class Rollouter:
         self._calls = 0
         self._calls_done = asyncio.Condition()
         self._retry: deque[PromptGroup] = deque()
+        self._changed = asyncio.Event()
         # Ledger, in samples: produced = in_flight + dropped + put.
         self.produced = 0
         self.in_flight = 0
@@ -69,9 +73,8 @@ class Rollouter:
         drain = ahead // self.cfg.rollout.batch_size
         return drain // self.cfg.async_.update_weights_interval - self.version <= bound
 
-    async def _admit(self) -> list[PromptGroup]:
-        queued = await self.queue.size.remote()
-        room = self.derived.max_queue_size - queued - self.in_flight // self.n
+    def _admit(self) -> list[PromptGroup]:
+        room = self.derived.max_queue_size - self.queue.size() - self.in_flight // self.n
         slots = (self.derived.max_concurrent_samples - self.in_flight) // self.n
         count = 0
         while count < min(room, slots, self.group_chunk) and self._fresh_enough(self._groups_ahead() + count):
@@ -100,7 +103,7 @@ class Rollouter:
             self._calls += 1
             started = time.monotonic()
             try:
-                results = await engine.generate.remote(pending, self.factory.params)
+                results = unpack(await engine.generate.remote(pack(pending), self.factory.params))
             finally:
                 self.busy_s += time.monotonic() - started
                 self._calls -= 1
@@ -122,23 +125,27 @@ class Rollouter:
         if self.cfg.rollout.dynamic_sampling and zero_variance(group):
             self._drop(group, "zero_variance")
             return
-        await self.queue.put.remote(group)
+        await self.queue.put(group)
         self.in_flight -= group.size
         self.put += group.size
+        self._changed.set()
 
     def _drop(self, group: PromptGroup, reason: str) -> None:
         self.in_flight -= group.size
         self.dropped[reason] += group.size
         self.groups_dropped += 1
+        self._changed.set()
 
     async def _engine_loop(self, engine) -> None:
         while not self._stopping:
             await self._running.wait()
             if self._stopping:
                 break
-            groups = await self._admit()
+            # Cleared before looking, and no await in between: a change after the look wakes the wait.
+            self._changed.clear()
+            groups = self._admit()
             if not groups:
-                await asyncio.sleep(IDLE_POLL_S)
+                await self._changed.wait()
                 continue
             await self._generate(engine, groups)
             if self._stopping:
@@ -157,8 +164,18 @@ class Rollouter:
 
     # -- control from the driver -----------------------------------------------------------------
 
-    async def update_weights(self, state_dict, version: int) -> float:
+    async def take(self, count: int) -> bytes:
+        """The oldest `count` groups once the queue holds them (fewer only at shutdown), with the ledger and
+        the queue's counters as they are right after taking them: `(groups, state)`, `pack`ed."""
+        groups = await self.queue.get(count)
+        self._changed.set()
+        return pack((groups, {**self.ledger(), **self.queue.stats()}))
+
+    async def update_weights(self, weights: list, version: int) -> float:
         """Pause generation, load `version` into every engine, resume; returns the pause in seconds.
+
+        `weights` is a one-item list holding the reference to the trainer's state dict, so that Ray hands
+        this actor the reference and not the tensors: each engine fetches them from the object store.
 
         With partial rollout the call in flight is aborted and its unfinished requests resume from their
         prefix under the new weights; without, it finishes under the old weights first."""
@@ -168,10 +185,11 @@ class Rollouter:
             await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
         async with self._calls_done:
             await self._calls_done.wait_for(lambda: self._calls == 0)
-        await asyncio.gather(*(engine.load_weights.remote(state_dict, version) for engine in self.engines))
+        await asyncio.gather(*(engine.load_weights.remote(weights[0], version) for engine in self.engines))
         self.version = version
         self.syncs += 1
         self._running.set()
+        self._changed.set()
         paused = time.monotonic() - start
         self.pause_s += paused
         return paused
@@ -181,11 +199,15 @@ class Rollouter:
         self.groups_dropped += len(groups)
         if self.cfg.async_.stale_policy == "regenerate":
             self._retry.extend(groups)
+        self._changed.set()
 
     async def stop(self) -> dict:
+        """Stop generating and close the queue; groups left in it stay counted as put."""
         self._stopping = True
         self._running.set()
+        self._changed.set()
         await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
+        await self.queue.shutdown()
         return self.ledger()
 
     def ledger(self) -> dict:
