@@ -149,6 +149,35 @@ def train(
 
 
 @app.command()
+def bench(
+    targets: Annotated[list[str], typer.Argument(metavar="[FILE] [KEY=VALUE...]",
+                                                 help="The base config (default configs/quickstart.yaml), then "
+                                                 "overrides applied to every run.")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Keep every run's directory here "
+                                            "(default: a temporary directory).")] = None,
+    doc: Annotated[str, typer.Option("--doc", help="Document whose generated blocks are rewritten.")]
+    = "docs/benchmarks.md",
+    no_write: Annotated[bool, typer.Option("--no-write", help="Print the tables; leave the document alone.")] = False,
+    long_tail: Annotated[bool, typer.Option("--long-tail/--no-long-tail",
+                                            help="Also run the heavy-tailed answer-length scenario.")] = True,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per mode, taken in turn; the report "
+                                        "shows medians.")] = 1,
+) -> None:
+    """Train the same task in sync, async and fully_async; report throughput, time to target, staleness,
+    idle fractions and correction metrics against the ideal overlap, and write them into docs/benchmarks.md."""
+    from fasync.bench.modes import LONG_TAIL
+    from fasync.bench.report import benchmark
+
+    files, overrides = split_targets(targets or [])
+    if len(files) > 1:
+        _fail("fasync bench: give at most one config file")
+    _, blocks = benchmark(files[0] if files else "configs/quickstart.yaml", overrides,
+                          out_dir=Path(out) if out else None, doc=None if no_write else Path(doc),
+                          long_tail=LONG_TAIL if long_tail else None, repeats=repeat)
+    typer.echo("\n\n".join(blocks.values()))
+
+
+@app.command()
 def schema() -> None:
     """Print the config's JSON Schema (draft-07) for editor completion and validation."""
     from fasync.docs import render_schema_json

@@ -1,0 +1,247 @@
+"""`fasync bench` end to end: run the scenarios, render the tables, write them into docs/benchmarks.md.
+
+The document's prose is hand-written; the script replaces only the blocks between
+`<!-- bench-NAME:begin -->` and `<!-- bench-NAME:end -->`, so every number in it comes from a run.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fasync.bench.measure import CORRECTION_METRICS, ideal_speedup
+from fasync.bench.modes import (
+    COMMON,
+    EXAMPLES,
+    LONG_TAIL,
+    LongTail,
+    ScenarioResult,
+    run_scenario,
+    speedups,
+    standard_scenario,
+    variant_overrides,
+)
+
+ROOT = EXAMPLES.parent
+GOALS = {"async": 0.85, "fully_async": 0.9}
+"""Throughput speedup over sync, as a fraction of the ideal overlap, that each mode aims for."""
+
+
+def machine() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+              if line.startswith("model name")] if cpuinfo.exists() else []
+    cpu = models[0] if models else (platform.processor() or "unknown CPU")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {memory:.0f} GiB RAM, Python {platform.python_version()}"
+
+
+def _count(seconds_queue, loops: int) -> None:
+    started = time.perf_counter()
+    total = 0
+    for i in range(loops):
+        total += i
+    seconds_queue.put(time.perf_counter() - started)
+
+
+def parallel_capacity(loops: int = 10_000_000) -> float:
+    """Cores' worth of work two busy processes get done at once, from the time of a fixed loop run alone
+    and run twice side by side: 2.0 on two free cores, less when the cores are shared underneath."""
+    context = multiprocessing.get_context("spawn")
+
+    def run(copies: int) -> float:
+        seconds = context.Queue()
+        workers = [context.Process(target=_count, args=(seconds, loops)) for _ in range(copies)]
+        for worker in workers:
+            worker.start()
+        times = [seconds.get() for _ in workers]
+        for worker in workers:
+            worker.join()
+        return statistics.mean(times)
+
+    alone = min(run(1) for _ in range(2))
+    return 2 * alone / run(2)
+
+
+def commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return (git("rev-parse", "--short", "HEAD") or "unknown") + (" (with uncommitted changes)" if dirty else "")
+
+
+def invocation(argv: list[str]) -> str:
+    """The command as a user would retype it from the repository root."""
+    program = Path(argv[0])
+    head = ["fasync"] if program.name == "fasync" else ["python", os.path.relpath(program, ROOT)]
+    return shlex.join([*head, *argv[1:]])
+
+
+def fmt(value, digits: int = 3) -> str:
+    """`digits` decimals (significant ones below 0.01); — for a missing value."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if 0 < abs(value) < 0.01 and digits else f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_block(doc: Path, name: str, text: str) -> None:
+    """Replace the generated block `name` in `doc`, appending it when the document has none yet."""
+    begin, end = f"<!-- bench-{name}:begin -->", f"<!-- bench-{name}:end -->"
+    block = f"{begin}\n<!-- Written by `fasync bench`; rerun it instead of editing. -->\n{text.strip()}\n{end}"
+    current = doc.read_text() if doc.exists() else ""
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    updated = pattern.sub(lambda _: block, current) if pattern.search(current) else \
+        current.rstrip() + "\n\n" + block + "\n"
+    doc.write_text(updated.lstrip())
+
+
+def mode_table(result: ScenarioResult) -> str:
+    shown = [key for key in CORRECTION_METRICS if any(key in r.correction for r in result.reports)]
+    header = ["mode", "exit", "rollouts", "samples/s", f"time to {result.target} (s)", "staleness mean",
+              "staleness max", "trainer idle", "rollouter idle", *shown]
+    rows = [[label, r.exit_code, r.rollouts, fmt(r.samples_per_s, 0), fmt(r.time_to_target_s, 1), r.staleness_mean,
+             r.staleness_max, fmt(r.trainer_idle, 2), fmt(r.rollouter_idle, 2), *(r.correction.get(key) for key in shown)]
+            for label, r in result.by_label().items()]
+    return table(header, rows)
+
+
+def phase_table(result: ScenarioResult) -> str:
+    """Per rollout (drain) of the steady window, in milliseconds."""
+    header = ["mode", "wall", "generate", "train steps", "train call", "weight sync (held)"]
+    rows = []
+    for label, r in result.by_label().items():
+        per = 1000 / max(r.rollouts - 1, 1)
+        rows.append([label, *(fmt(seconds * per, 1) for seconds in
+                              (r.window_s, r.generate_s, r.train_s, r.train_call_s, r.weight_sync_s))])
+    return table(header, rows)
+
+
+def overlap_table(result: ScenarioResult) -> str:
+    header = ["mode", "throughput speedup", "of ideal", "goal", f"time-to-{result.target} speedup", "of ideal"]
+    rows = []
+    for label, s in speedups(result).items():
+        if label == result.scenario.reference:
+            continue
+        goal = GOALS.get(label)
+        met = None if goal is None or s["throughput_of_ideal"] is None else s["throughput_of_ideal"] >= goal
+        rows.append([label, *(fmt(s[key], 2) for key in ("throughput_speedup", "throughput_of_ideal")),
+                     "—" if goal is None else f"≥ {goal}: {fmt(met)}",
+                     *(fmt(s[key], 2) for key in ("time_to_target_speedup", "time_to_target_of_ideal"))])
+    return table(header, rows)
+
+
+def comparison(result: ScenarioResult) -> str:
+    reports = result.by_label()
+    reference = result.scenario.reference
+    base = reports[reference]
+    lines = []
+    for label, s in speedups(result).items():
+        if label == reference:
+            continue
+        report = reports[label]
+        per_rollout = [1000 * r.window_s / max(r.rollouts - 1, 1) for r in (report, base)]
+        lines.append(f"- {label} against {reference}: {fmt(s['throughput_speedup'], 2)}× the samples/s "
+                     f"({fmt(per_rollout[0], 0)} ms per rollout against {fmt(per_rollout[1], 0)} ms); reward "
+                     f"{result.target} after {fmt(report.time_to_target_s, 1)} s against "
+                     f"{fmt(base.time_to_target_s, 1)} s ({fmt(s['time_to_target_speedup'], 2)}× as fast).")
+    return "\n".join(lines)
+
+
+def overrides_list(result: ScenarioResult, examples: Path, shown_data: dict[str, str]) -> str:
+    def show(items: list[str]) -> str:
+        for path, name in shown_data.items():
+            items = [item.replace(path, name) for item in items]
+        return " ".join(items)
+
+    return "\n".join(f"- {v.label}: `{show(variant_overrides(result.scenario, v, examples))}`"
+                     for v in result.scenario.variants)
+
+
+def render(config: str, overrides: list[str], command: str, target: float, repeats: int,
+           results: list[ScenarioResult], context: dict, examples: Path) -> dict[str, str]:
+    standard = results[0]
+    sync = standard.by_label()["sync"]
+    shown = context.get("shown_data", {})
+    blocks = {
+        "setup": "\n".join([
+            f"- date: {context['started']}",
+            f"- machine: {machine()}",
+            f"- load average before the runs: {context['load']}; two busy processes got "
+            f"{fmt(context['capacity'], 2)} cores' worth of work done at once (2.00 on two free cores)",
+            f"- command: `{command}`",
+            f"- commit: {commit()}",
+            f"- base config: `{config}`" + (f" with `{' '.join(overrides)}`" if overrides else ""),
+            f"- every run: `{' '.join(COMMON)} train.target_reward={target}`, then its own overrides below; "
+            f"each mode ran {repeats}× (in turn with the others) and each number is the median of its runs",
+        ]),
+        "modes": "\n\n".join([overrides_list(standard, examples, shown), mode_table(standard),
+                              "Milliseconds per rollout (fully_async: per drain) in the steady window:",
+                              phase_table(standard)]),
+        "overlap": "\n\n".join([
+            f"Sync's phases in its steady window: generate {fmt(sync.generate_s, 2)} s, train (optimizer "
+            f"steps) {fmt(sync.train_s, 2)} s, so the ideal overlap speedup is ({fmt(sync.generate_s, 2)} + "
+            f"{fmt(sync.train_s, 2)}) / max({fmt(sync.generate_s, 2)}, {fmt(sync.train_s, 2)}) = "
+            f"**{fmt(ideal_speedup(sync), 2)}×**. Throughput speedup: samples/s over sync's samples/s (the goal "
+            f"column); time-to-target speedup: sync's time to {target} over the mode's, start-up included.",
+            overlap_table(standard),
+        ]),
+    }
+    if len(results) > 1:
+        tail = results[1]
+        blocks["long-tail"] = "\n\n".join([tail.scenario.description, overrides_list(tail, examples, shown),
+                                           mode_table(tail), "Milliseconds per rollout (drain):", phase_table(tail),
+                                           comparison(tail)])
+    return blocks
+
+
+def benchmark(config: str, overrides: list[str], out_dir: Path | None = None, doc: Path | None = None,
+              long_tail: LongTail | None = LONG_TAIL, repeats: int = 1, target: float | None = None,
+              command: str | None = None, examples: Path = EXAMPLES) -> tuple[list[ScenarioResult], dict[str, str]]:
+    """Run the scenarios; write the blocks into `doc` when given. Returns the results and the blocks."""
+    from fasync.config.loader import load_config
+
+    loaded = load_config(config, overrides)
+    if loaded.config is None:
+        raise ValueError(f"fasync bench: {config} does not load")
+    target = target if target is not None else (loaded.config.train.target_reward or 0.9)
+    context = {"started": time.strftime("%Y-%m-%d %H:%M %Z"),
+               "load": " / ".join(f"{value:.2f}" for value in os.getloadavg()),
+               "capacity": parallel_capacity()}
+    with tempfile.TemporaryDirectory(prefix="fasync-bench-") as scratch:
+        out = out_dir or Path(scratch)
+        results = [run_scenario(standard_scenario(), config, overrides, out, target, repeats, examples)]
+        if long_tail is not None:
+            dataset = long_tail.write_dataset(out / "long-tail.jsonl")
+            context["shown_data"] = {str(dataset): dataset.name}
+            results.append(run_scenario(long_tail.scenario(dataset), config, overrides, out, target, repeats,
+                                        examples))
+        blocks = render(config, overrides, command or invocation(sys.argv), target, repeats, results, context,
+                        examples)
+        (out / "report.json").write_text(json.dumps(
+            {r.scenario.name: {label: rep.as_dict() for label, rep in r.by_label().items()} for r in results},
+            indent=2))
+    if doc is not None:
+        for name, text in blocks.items():
+            write_block(doc, name, text)
+    return results, blocks

@@ -1,0 +1,115 @@
+"""`fasync bench`: every mode runs from one base config, and the report has every field with sane values.
+
+Timing goals are not asserted: on a shared two-core machine they are a measurement, not a property.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fasync.bench.measure import ideal_speedup, measure, median_report, time_to_target
+from fasync.bench.modes import EXAMPLES, LongTail, mode_overrides
+from fasync.bench.report import write_block
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = {
+    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 16},
+    "data": {"task": "reverse", "length": 2},
+    "reward": {"function": "partial_match"},
+    "rollout": {"batch_size": 4, "n_samples_per_prompt": 4, "max_new_tokens": 2},
+    "train": {"global_batch_size": 16, "micro_batch_size": 16, "num_rollouts": 4, "target_reward": 0.9,
+              "lr": 3e-3},
+}
+BOUNDS = {"sync": 0, "async": 1, "fully_async": 2}
+
+
+def test_mode_settings_come_from_the_example_configs():
+    shipped = yaml.safe_load((EXAMPLES / "fully_async.yaml").read_text())
+    overrides = mode_overrides("fully_async")
+    assert overrides[0] == "mode=fully_async"
+    assert f"async.max_weight_staleness={shipped['async']['max_weight_staleness']}" in overrides
+    assert 'correction.level="token"' in overrides
+    assert mode_overrides("sync") == ["mode=sync"]
+
+
+def test_time_to_target_uses_the_running_mean_of_three_rollouts():
+    rewards = [1.0, 0.2, 0.95, 0.95, 0.6, 1.0, 1.0, 1.0]
+    records = [{"rollout": i, "rollout_reward_mean": r, "wall_time": 10.0 + i} for i, r in enumerate(rewards)]
+    assert time_to_target(records, 0.9) == 17.0  # rollouts 5-7 are the first three whose mean reaches 0.9
+    assert time_to_target(records, 1.01) is None
+
+
+def test_phases_and_idle_fractions_come_from_the_steady_window():
+    records = [{"rollout": i, "wall_time": 5.0 + i, "num_samples": 100, "staleness_mean": 1.0, "staleness_max": 1,
+                "rollout_reward_mean": 0.5, "generate_time_s": 0.25, "train_time_s": 0.5,
+                "train_call_time_s": 0.75, "weight_sync_time_s": 0.0} for i in range(5)]
+    report = measure("async", 0, records, 0.9, engines=1)
+    assert report.window_s == 4.0 and report.samples_per_s == 100.0  # the first rollout is start-up
+    assert report.trainer_idle == 0.25 and report.rollouter_idle == 0.75
+    assert ideal_speedup(report) == 1.5
+    assert median_report([report, report]).samples_per_s == 100.0
+
+
+def test_generated_blocks_replace_only_themselves(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nHand-written findings.\n\n<!-- bench-modes:begin -->\nold\n"
+                   "<!-- bench-modes:end -->\n\nMore prose.\n")
+    write_block(doc, "modes", "| new table |")
+    write_block(doc, "long-tail", "tail text")
+    text = doc.read_text()
+    assert "Hand-written findings." in text and "More prose." in text
+    assert "old" not in text and "| new table |" in text
+    assert text.index("| new table |") < text.index("More prose.") < text.index("tail text")
+
+
+def test_the_script_is_the_cli_command():
+    result = subprocess.run([sys.executable, "bench/modes.py", "--help"], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "--no-long-tail" in result.stdout
+
+
+@pytest.mark.ray
+def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
+    from fasync.bench.report import benchmark
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    doc = tmp_path / "benchmarks.md"
+    tail = LongTail(short=1, long=3, long_fraction=0.25, pool=64, rollouts=4, target=0.5)
+    results, blocks = benchmark(str(config), [], out_dir=tmp_path / "runs", doc=doc, long_tail=tail,
+                                command="fasync bench tiny.yaml")
+
+    standard, long_tail = results
+    assert [r.mode for r in standard.reports] == ["sync", "async", "fully_async"]
+    assert [r.mode for r in long_tail.reports] == ["async", "fully_async", "fully_async"]
+    for report in standard.reports + long_tail.reports:
+        assert report.exit_code == 0
+        assert report.rollouts == 4 and report.window_s > 0 and report.samples_per_s > 0
+        assert report.time_to_target_s is None or report.time_to_target_s > 0
+        assert 0.0 <= report.trainer_idle <= 1.0 and 0.0 <= report.rollouter_idle <= 1.0
+        assert 0.0 <= report.staleness_mean <= report.staleness_max <= BOUNDS[report.mode]
+        assert report.generate_s > 0 and report.train_call_s >= report.train_s > 0
+        assert all(math.isfinite(value) for value in report.correction.values())
+        assert {"is/kl_k3", "is/ess_token"} <= set(report.correction)
+        assert 0.0 < report.correction["is/ess_token"] <= 1.0 + 1e-6
+    assert 1.0 <= ideal_speedup(standard.reports[0]) <= 2.0
+
+    from fasync.bench.modes import speedups
+
+    for scenario in results:
+        for numbers in speedups(scenario).values():
+            assert numbers["throughput_speedup"] > 0 and numbers["throughput_of_ideal"] > 0
+
+    assert set(blocks) == {"setup", "modes", "overlap", "long-tail"}
+    text = doc.read_text()
+    for name in blocks:
+        assert f"<!-- bench-{name}:begin -->" in text
+    assert "fasync bench tiny.yaml" in text and "nan" not in text.lower()
+    assert (tmp_path / "runs" / "report.json").exists()
