@@ -29,5 +29,9 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m fasync.docs
 
+# Every mode of the quickstart, twice in turn, then the long tail; rewrites docs/benchmarks.md (about ten minutes).
+bench: $(STAMP)
+	$(BIN)/fasync bench configs/quickstart.yaml --repeat 2
+
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -113,7 +113,7 @@ class LongTail:
             f"to reward {self.target}.",
             (
                 Variant("async", "async"),
-                Variant("fully_async (partial rollout)", "fully_async", ("async.partial_rollout=true",)),
+                Variant("fully_async (partial rollout)", "fully_async"),
                 Variant("fully_async (no partial rollout)", "fully_async", ("async.partial_rollout=false",)),
             ),
             reference="async",
