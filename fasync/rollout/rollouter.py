@@ -174,18 +174,21 @@ class Rollouter:
     async def update_weights(self, weights: list, version: int) -> float:
         """Pause generation, load `version` into every engine, resume; returns the pause in seconds.
 
-        `weights` is a one-item list holding the reference to the trainer's state dict, so that Ray hands
-        this actor the reference and not the tensors: each engine fetches them from the object store.
+        `weights` is a one-item list holding the reference to the trainer's weights, so that Ray hands
+        this actor the reference and not the arrays: each engine fetches them from the object store.
 
         With partial rollout the call in flight is aborted and its unfinished requests resume from their
         prefix under the new weights; without, it finishes under the old weights first."""
         start = time.monotonic()
         self._running.clear()
-        if self.partial:
-            await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
+        aborts = [engine.abort.remote() for engine in self.engines] if self.partial else []
+        # An engine runs one call at a time, in order: each load starts as soon as the call in flight has
+        # returned, without waiting for this actor to see that return first.
+        loads = [engine.load_weights.remote(weights[0], version) for engine in self.engines]
+        await asyncio.gather(*aborts)
         async with self._calls_done:
             await self._calls_done.wait_for(lambda: self._calls == 0)
-        await asyncio.gather(*(engine.load_weights.remote(weights[0], version) for engine in self.engines))
+        await asyncio.gather(*loads)
         self.version = version
         self.syncs += 1
         self._running.set()
