@@ -53,7 +53,20 @@ def test_phases_and_idle_fractions_come_from_the_steady_window():
     assert report.window_s == 4.0 and report.samples_per_s == 100.0  # the first rollout is start-up
     assert report.trainer_idle == 0.25 and report.rollouter_idle == 0.75
     assert ideal_speedup(report) == 1.5
-    assert median_report([report, report]).samples_per_s == 100.0
+    assert report.time_to_target_s is None and report.runs_reached == 0
+
+
+def test_repeated_runs_merge_into_medians_and_counts():
+    def run(samples: int, reward: float, staleness: int):
+        records = [{"rollout": i, "wall_time": 2.0 + i, "num_samples": samples, "staleness_mean": staleness,
+                    "staleness_max": staleness, "rollout_reward_mean": reward, "generate_time_s": 0.1,
+                    "train_time_s": 0.2, "train_call_time_s": 0.3, "weight_sync_time_s": 0.0} for i in range(4)]
+        return measure("fully_async", 0, records, 0.9, engines=1)
+
+    merged = median_report([run(100, 1.0, 1), run(300, 0.5, 2), run(200, 1.0, 2)])
+    assert merged.samples_per_s == 200.0 and sorted(merged.runs_samples_per_s) == [100.0, 200.0, 300.0]
+    assert merged.runs_reached == 2 and merged.time_to_target_s == 4.0  # the two runs that reached 0.9
+    assert merged.staleness_max == 2 and merged.rollouts == 4
 
 
 def test_generated_blocks_replace_only_themselves(tmp_path):
@@ -92,6 +105,8 @@ def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
     for report in standard.reports + long_tail.reports:
         assert report.exit_code == 0
         assert report.rollouts == 4 and report.window_s > 0 and report.samples_per_s > 0
+        assert report.runs_samples_per_s == [report.samples_per_s]
+        assert report.runs_reached == int(report.time_to_target_s is not None)
         assert report.time_to_target_s is None or report.time_to_target_s > 0
         assert 0.0 <= report.trainer_idle <= 1.0 and 0.0 <= report.rollouter_idle <= 1.0
         assert 0.0 <= report.staleness_mean <= report.staleness_max <= BOUNDS[report.mode]

@@ -45,6 +45,10 @@ class ModeReport:
     """Time the driver was held by weight syncs in the window."""
     window_s: float
     correction: dict[str, float] = field(default_factory=dict)
+    runs_samples_per_s: list[float] = field(default_factory=list)
+    """samples/s of each run this report stands for."""
+    runs_reached: int = 0
+    """How many of those runs reached the target."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -85,12 +89,14 @@ def measure(mode: str, exit_code: int, records: list[dict], target: float, engin
 
     generate_s, train_call_s = total("generate_time_s"), total("train_call_time_s")
     correction = {key: _mean([r[key] for r in records if r.get(key) is not None]) for key in CORRECTION_METRICS}
+    reached = time_to_target(records, target)
+    samples_per_s = total("num_samples") / span if window_s else 0.0
     return ModeReport(
         mode=mode,
         exit_code=exit_code,
         rollouts=len(rollouts),
-        samples_per_s=total("num_samples") / span if window_s else 0.0,
-        time_to_target_s=time_to_target(records, target),
+        samples_per_s=samples_per_s,
+        time_to_target_s=reached,
         staleness_mean=_mean([r["staleness_mean"] for r in records]),
         staleness_max=max((r["staleness_max"] for r in records), default=0),
         trainer_idle=_fraction(1.0 - train_call_s / span) if window_s else 1.0,
@@ -101,6 +107,8 @@ def measure(mode: str, exit_code: int, records: list[dict], target: float, engin
         weight_sync_s=total("weight_sync_time_s"),
         window_s=window_s,
         correction={key: value for key, value in correction.items() if any(key in r for r in records)},
+        runs_samples_per_s=[samples_per_s],
+        runs_reached=int(reached is not None),
     )
 
 
@@ -118,18 +126,31 @@ def ideal_speedup(sync: ModeReport) -> float:
     return (sync.generate_s + sync.train_s) / longest if longest > 0 else 1.0
 
 
+_COMBINED = {"mode", "exit_code", "rollouts", "time_to_target_s", "staleness_max", "correction", "runs_samples_per_s",
+             "runs_reached"}
+
+
 def median_report(reports: list[ModeReport]) -> ModeReport:
-    """Field by field, the median of repeated runs of one mode (the worst exit code and the largest
-    staleness; a time to target only when every run reached it)."""
+    """Field by field, the median of repeated runs of one mode: the worst exit code, the largest
+    staleness, and the time to target of the runs that reached it."""
     if len(reports) == 1:
         return reports[0]
 
     def middle(values):
-        return None if any(v is None for v in values) else statistics.median(values)
+        present = [v for v in values if v is not None]
+        return statistics.median(present) if present else None
 
-    merged = {f.name: middle([getattr(r, f.name) for r in reports])
-              for f in fields(ModeReport) if f.name not in ("mode", "exit_code", "staleness_max", "correction")}
+    merged = {f.name: middle([getattr(r, f.name) for r in reports]) for f in fields(ModeReport)
+              if f.name not in _COMBINED}
     keys = set().union(*(r.correction for r in reports))
-    correction = {key: middle([r.correction.get(key) for r in reports]) for key in sorted(keys)}
-    return ModeReport(mode=reports[0].mode, exit_code=max(r.exit_code for r in reports),
-                      staleness_max=max(r.staleness_max for r in reports), correction=correction, **merged)
+    return ModeReport(
+        mode=reports[0].mode,
+        exit_code=max(r.exit_code for r in reports),
+        rollouts=round(statistics.median(r.rollouts for r in reports)),
+        time_to_target_s=middle([r.time_to_target_s for r in reports]),
+        staleness_max=max(r.staleness_max for r in reports),
+        correction={key: middle([r.correction.get(key) for r in reports]) for key in sorted(keys)},
+        runs_samples_per_s=[value for r in reports for value in r.runs_samples_per_s],
+        runs_reached=sum(r.runs_reached for r in reports),
+        **merged,
+    )
