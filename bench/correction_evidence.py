@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from report import ROOT, mean, provenance, table, time_to_reward, train, write_block
+from fasync.bench.measure import last_per_rollout, time_to_target
+from fasync.bench.modes import run_variant
+from fasync.bench.report import ROOT, commit, invocation, machine, table, write_block
 
 CONFIG = "configs/fully_async.yaml"
 VARIANTS = {
@@ -24,6 +27,11 @@ VARIANTS = {
 }
 METRICS = ("staleness_mean", "is/kl_k3", "is/log_ppl_diff", "is/chi2_token", "is/ess_token", "is/ess_seq",
            "is/truncated_token_frac", "clip_fraction")
+
+
+def mean(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return sum(values) / len(values) if values else None
 
 
 def main() -> int:
@@ -38,10 +46,11 @@ def main() -> int:
         for index, (name, overrides) in enumerate(VARIANTS.items()):
             runs = []
             for seed in range(args.seeds):
-                code, _, records = train(CONFIG, [*overrides, f"train.num_rollouts={args.rollouts}",
-                                                  f"train.seed={seed}", f"data.seed={seed}"],
-                                         Path(scratch) / f"variant{index}-seed{seed}")
-                runs.append((code, time_to_reward(records, 0.9), len({r["rollout"] for r in records}), records))
+                code, records, _ = run_variant(CONFIG, [*overrides, f"train.num_rollouts={args.rollouts}",
+                                                        f"train.seed={seed}", f"data.seed={seed}",
+                                                        "logging.progress=none"],
+                                               Path(scratch) / f"variant{index}-seed{seed}")
+                runs.append((code, time_to_target(records, 0.9), len(last_per_rollout(records)), records))
                 print(name, seed, runs[-1][:3], flush=True)
             reached = [run[1] for run in runs]
             rows.append([
@@ -56,15 +65,16 @@ def main() -> int:
     header = ["run", "worst exit", "reached 0.9", "drains (mean)", "time to 0.9 (s, mean)", "staleness max",
               *METRICS]
     text = "\n\n".join([
-        provenance(f"python bench/correction_evidence.py --rollouts {args.rollouts} --seeds {args.seeds}") +
-        f" Each run is `fasync train {CONFIG}` with the overrides its name describes and seeds 0..{args.seeds - 1},"
-        f" stopping at a 3-drain mean reward of 0.9 or after {args.rollouts} drains; drains and time are means"
-        " over seeds, metric columns means over every step of every seed.",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, commit {commit()}, with "
+        f"`{invocation(sys.argv)}`. Each run is `fasync train {CONFIG}` with the overrides its name describes and"
+        f" seeds 0..{args.seeds - 1}, stopping at a 3-drain mean reward of 0.9 or after {args.rollouts} drains;"
+        " drains and time are means over seeds, metric columns means over every step of every seed.",
         table(header, rows),
     ])
     print(text)
     if not args.no_write:
-        write_block(ROOT / "docs" / "correction.md", "correction-evidence", text)
+        write_block(ROOT / "docs" / "correction.md", "correction-evidence", text,
+                    "`python bench/correction_evidence.py`")
     return 0 if rows[0][1] == 0 and rows[0][4] is not None else 1
 
 

@@ -1,10 +1,10 @@
-"""Time-to-reward of the quickstart: `fasync train configs/quickstart.yaml`, end to end, N times.
+"""Time-to-reward of the quickstart: `fasync train configs/quickstart.yaml`, N times with different seeds.
 
     python bench/time_to_reward.py [--runs N] [--config configs/quickstart.yaml] [--target 0.9]
 
-Reports per run the wall time of the whole command (Ray start included), the run's own time to the
-target (metrics `wall_time` at the step where the 3-rollout mean reward first reached it) and the
-rollouts it took, and writes the table into docs/training.md.
+Reports per run the wall time of the whole training call (Ray start and shutdown included), the run's
+own time to the target (metrics `wall_time` at the rollout where the 3-rollout mean reward first
+reached it) and the rollouts it took, and writes the table into docs/training.md.
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from report import ROOT, provenance, table, time_to_reward, train, write_block
+from fasync.bench.measure import last_per_rollout, time_to_target
+from fasync.bench.modes import run_variant
+from fasync.bench.report import ROOT, commit, invocation, machine, table, write_block
 
 
 def main() -> int:
@@ -28,20 +31,23 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for seed in range(args.runs):
-            code, wall, records = train(args.config, [f"train.seed={seed}", f"data.seed={seed}"],
-                                        Path(scratch) / f"run{seed}")
-            reached = time_to_reward(records, args.target)
-            rollouts = records[-1]["rollout"] + 1 if records else 0
-            rows.append([seed, code, round(wall, 1), None if reached is None else round(reached, 1), rollouts])
-            print(f"seed {seed}: exit {code}, command {wall:.1f} s, reward {args.target} after "
-                  f"{reached if reached is not None else 'never'} s, {rollouts} rollouts", flush=True)
+            started = time.monotonic()
+            code, records, _ = run_variant(args.config, [f"train.seed={seed}", f"data.seed={seed}",
+                                                         "logging.progress=none"], Path(scratch) / f"run{seed}")
+            wall = time.monotonic() - started
+            reached = time_to_target(records, args.target)
+            rows.append([seed, code, round(wall, 1), None if reached is None else round(reached, 1),
+                         len(last_per_rollout(records))])
+            print(f"seed {seed}: exit {code}, {wall:.1f} s in all, reward {args.target} at "
+                  f"{'never' if reached is None else f'{reached:.1f} s'}, {rows[-1][-1]} rollouts", flush=True)
     text = "\n\n".join([
-        provenance(f"python bench/time_to_reward.py --runs {args.runs} --config {args.config}"),
-        table(["seed", "exit", "command wall (s)", f"run time to {args.target} (s)", "rollouts"], rows),
+        f"Measured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, commit {commit()}, with "
+        f"`{invocation(sys.argv)}`; seed N sets `train.seed` and `data.seed`.",
+        table(["seed", "exit", "wall, Ray start included (s)", f"run time to {args.target} (s)", "rollouts"], rows),
     ])
     print(text)
     if not args.no_write:
-        write_block(ROOT / "docs" / "training.md", "time-to-reward", text)
+        write_block(ROOT / "docs" / "training.md", "time-to-reward", text, "`python bench/time_to_reward.py`")
     return 0 if all(row[1] == 0 and row[3] is not None for row in rows) else 1
 
 

@@ -22,7 +22,7 @@ def test_plan_counts_actors_and_resources():
     assert plan.gpus_needed == 4
     assert plan.engine_options() == {"num_cpus": 1.0, "num_gpus": 1}
     roles = {spec.role for spec in plan.actors}
-    assert roles == {"rollout engine", "trainer rank", "rollouter", "sample queue"}
+    assert roles == {"rollout engine", "trainer rank", "rollouter and its sample queue"}
     text = plan.describe()
     assert "2 × rollout engine" in text and "worst policy lag: 1" in text
 

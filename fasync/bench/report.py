@@ -105,10 +105,10 @@ def table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def write_block(doc: Path, name: str, text: str) -> None:
+def write_block(doc: Path, name: str, text: str, writer: str = "`fasync bench`") -> None:
     """Replace the generated block `name` in `doc`, appending it when the document has none yet."""
     begin, end = f"<!-- bench-{name}:begin -->", f"<!-- bench-{name}:end -->"
-    block = f"{begin}\n<!-- Written by `fasync bench`; rerun it instead of editing. -->\n{text.strip()}\n{end}"
+    block = f"{begin}\n<!-- Written by {writer}; rerun it instead of editing. -->\n{text.strip()}\n{end}"
     current = doc.read_text() if doc.exists() else ""
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     updated = pattern.sub(lambda _: block, current) if pattern.search(current) else \

@@ -56,7 +56,8 @@ class ResourcePlan:
         d = self.derived
         lines.append("batching:")
         lines.append(f"  samples per rollout: {d.samples_per_rollout}")
-        lines.append(f"  optimizer steps per rollout: {d.num_steps_per_rollout} × {d.effective_global_batch_size} samples")
+        lines.append(f"  optimizer steps per rollout: {d.num_steps_per_rollout} × "
+                     f"{d.effective_global_batch_size} samples")
         lines.append(f"  trimmed per rollout: {d.trimmed_samples_per_rollout}")
         lines.append(f"  micro batches per step per rank: {d.micro_batches_per_step}")
         lag = "unbounded" if d.worst_policy_lag is None else d.worst_policy_lag
@@ -77,6 +78,6 @@ def plan_resources(cfg: FasyncConfig) -> ResourcePlan:
                   trainer_gpus),
     ]
     if cfg.mode == "fully_async":
-        # Coordination only: they wait on the engines and the trainer, so they take no CPU slot.
-        actors += [ActorSpec("rollouter", 1, 0.0, 0.0), ActorSpec("sample queue", 1, 0.0, 0.0)]
+        # Coordination only (it holds the sample queue and waits on the engines), so it takes no CPU slot.
+        actors += [ActorSpec("rollouter and its sample queue", 1, 0.0, 0.0)]
     return ResourcePlan(cfg.mode, tuple(actors), res.ray_address, derive(cfg))
