@@ -20,10 +20,10 @@ from fasync.bench.report import ROOT, commit, invocation, machine, table, write_
 
 CONFIG = "configs/fully_async.yaml"
 VARIANTS = {
-    "decoupled PPO: proximal anchor, token weights ≤ 2": [],
-    "no correction: proximal anchor, no weights": ["correction.level=none"],
-    "bypass: ratio against the behaviour policy, clipped": ["correction.ratio_anchor=behaviour",
-                                                            "correction.level=none"],
+    "decoupled PPO: proximal anchor, token weights ≤ 2": ["correction.ratio_anchor=proximal",
+                                                         "correction.level=token", "correction.weight_upper=2.0"],
+    "no correction: proximal anchor, no weights": ["correction.ratio_anchor=proximal", "correction.level=none"],
+    "bypass: ratio against the behaviour policy, clipped (as shipped)": [],
 }
 METRICS = ("staleness_mean", "is/kl_k3", "is/log_ppl_diff", "is/chi2_token", "is/ess_token", "is/ess_seq",
            "is/truncated_token_frac", "clip_fraction")
