@@ -34,7 +34,7 @@ def test_mode_settings_come_from_the_example_configs():
     overrides = mode_overrides("fully_async")
     assert overrides[0] == "mode=fully_async"
     assert f"async.max_weight_staleness={shipped['async']['max_weight_staleness']}" in overrides
-    assert 'correction.level="token"' in overrides
+    assert f'correction.ratio_anchor="{shipped["correction"]["ratio_anchor"]}"' in overrides
     assert mode_overrides("sync") == ["mode=sync"]
 
 
