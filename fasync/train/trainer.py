@@ -75,13 +75,13 @@ class Trainer:
         steps, _ = plan_steps(len(samples), self.derived, self.cfg.train.use_dynamic_global_batch_size)
         self.rollouts += 1
 
-        anchors = self._micro_batches(samples, steps)
+        step_batches = self._micro_batches(samples, steps)
         if self.derived.ratio_anchor == "recompute":
-            for batches in anchors:
+            for batches in step_batches:
                 for batch in batches:
                     batch.anchor_logp = self._logprobs(batch)
         return [self._step(index, [samples[i] for i in step], batches, current_version)
-                for index, (step, batches) in enumerate(zip(steps, anchors))]
+                for index, (step, batches) in enumerate(zip(steps, step_batches))]
 
     def _micro_batches(self, samples: list[Sample], steps: list[range]) -> list[list[MicroBatch]]:
         micro = self.cfg.train.micro_batch_size
