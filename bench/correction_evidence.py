@@ -11,12 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from fasync.bench.measure import last_per_rollout, time_to_target
 from fasync.bench.modes import run_variant
-from fasync.bench.report import ROOT, commit, invocation, machine, table, write_block
+from fasync.bench.report import ROOT, measured, table, write_block
 
 CONFIG = "configs/fully_async.yaml"
 VARIANTS = {
@@ -65,8 +64,7 @@ def main() -> int:
     header = ["run", "worst exit", "reached 0.9", "drains (mean)", "time to 0.9 (s, mean)", "staleness max",
               *METRICS]
     text = "\n\n".join([
-        f"Measured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, commit {commit()}, with "
-        f"`{invocation(sys.argv)}`. Each run is `fasync train {CONFIG}` with the overrides its name describes and"
+        f"{measured(sys.argv)}. Each run is `fasync train {CONFIG}` with the overrides its name describes and"
         f" seeds 0..{args.seeds - 1}, stopping at a 3-drain mean reward of 0.9 or after {args.rollouts} drains;"
         " drains and time are means over seeds, metric columns means over every step of every seed.",
         table(header, rows),

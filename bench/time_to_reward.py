@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fasync.bench.measure import last_per_rollout, time_to_target
 from fasync.bench.modes import run_variant
-from fasync.bench.report import ROOT, commit, invocation, machine, table, write_block
+from fasync.bench.report import ROOT, measured, table, write_block
 
 
 def main() -> int:
@@ -41,8 +41,7 @@ def main() -> int:
             print(f"seed {seed}: exit {code}, {wall:.1f} s in all, reward {args.target} at "
                   f"{'never' if reached is None else f'{reached:.1f} s'}, {rows[-1][-1]} rollouts", flush=True)
     text = "\n\n".join([
-        f"Measured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, commit {commit()}, with "
-        f"`{invocation(sys.argv)}`; seed N sets `train.seed` and `data.seed`.",
+        f"{measured(sys.argv)}; seed N sets `train.seed` and `data.seed`.",
         table(["seed", "exit", "wall, Ray start included (s)", f"run time to {args.target} (s)", "rollouts"], rows),
     ])
     print(text)

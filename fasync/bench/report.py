@@ -88,6 +88,12 @@ def invocation(argv: list[str]) -> str:
     return shlex.join([*head, *argv[1:]])
 
 
+def measured(argv: list[str]) -> str:
+    """The provenance sentence a generated block starts with: when, where, which commit, which command."""
+    return (f"Measured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, commit {commit()}, with "
+            f"`{invocation(argv)}`")
+
+
 def fmt(value, digits: int = 3) -> str:
     """`digits` decimals (significant ones below 0.01); — for a missing value."""
     if value is None:
