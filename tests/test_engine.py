@@ -103,6 +103,13 @@ def test_generation_stops_at_the_models_context_length(engine):
     assert out[1].output_ids == [] and out[1].finish_reason == "length"
 
 
+def test_rows_near_the_context_length_decode_beside_rows_with_more_room(engine):
+    # The call decodes for the short row's budget; the long row is done after 3 and must not run off the model.
+    long_prompt = [TOKENIZER.bos_id] + TOKENIZER.encode("1234567890123456789=")
+    out = engine.generate([Generation(0, long_prompt), *requests(["9="])], SamplingParams(max_new_tokens=10))
+    assert [len(g.output_ids) for g in out] == [3, 10]
+
+
 def test_partial_resume_counts_prefix_and_records_versions(engine):
     greedy = SamplingParams(max_new_tokens=7, temperature=0.0)
     whole = engine.generate(requests(), greedy)
@@ -124,6 +131,27 @@ def test_partial_resume_counts_prefix_and_records_versions(engine):
         assert res.output_ids == full.output_ids and res.finish_reason == "length"
         assert res.token_versions == [0, 0, 0, 1, 1, 1, 1]
         torch.testing.assert_close(torch.tensor(res.logprobs), torch.tensor(full.logprobs), atol=1e-5, rtol=0)
+
+
+def test_a_token_budget_slices_a_completion_without_changing_it(engine):
+    greedy = SamplingParams(max_new_tokens=7, temperature=0.0)
+    whole = engine.generate(requests(), greedy)
+    sliced, lengths = requests(), []
+    while not all(g.finished for g in sliced):
+        sliced = engine.generate(sliced, greedy, token_budget=3)
+        lengths.append([len(g.output_ids) for g in sliced])
+        assert all(g.finish_reason is None for g in sliced) or all(g.finish_reason == "length" for g in sliced)
+    assert lengths == [[3] * 4, [6] * 4, [7] * 4]
+    for full, part in zip(whole, sliced):
+        assert part.output_ids == full.output_ids and part.token_versions == [0] * 7
+        torch.testing.assert_close(torch.tensor(part.logprobs), torch.tensor(full.logprobs), atol=1e-5, rtol=0)
+
+
+def test_a_stop_inside_the_budget_finishes_the_request(engine):
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+    free = engine.generate(requests(), greedy)[0].output_ids
+    stopped = engine.generate(requests(), SamplingParams(8, 0.0, stop_token_ids=(free[1],)), token_budget=4)[0]
+    assert stopped.output_ids == free[: free.index(free[1]) + 1] and stopped.finish_reason == "stop"
 
 
 def test_abort_only_affects_calls_already_made(engine):

@@ -80,6 +80,9 @@ class HFEngine(RolloutEngine):
         logits = self.model(input_ids, attention_mask=attention_mask[:, :width], position_ids=position_ids,
                             cache=cache)[:, -1]
         next_position = lengths[:, None]
+        # A finished row keeps decoding (its tokens discarded) until the call's longest budget is spent, which
+        # can carry it past the model's last position.
+        last_position = (self.model.max_seq_len or width + steps) - 1
         for step in range(steps):
             if interrupted():
                 break
@@ -99,7 +102,7 @@ class HFEngine(RolloutEngine):
                 break
             attention_mask[:, width + step] = 1
             logits = self.model(token[:, None], attention_mask=attention_mask[:, : width + step + 1],
-                                position_ids=next_position + step, cache=cache)[:, -1]
+                                position_ids=(next_position + step).clamp(max=last_position), cache=cache)[:, -1]
 
         reasons = [
             "stop" if was_stopped else "length" if was_done else "abort"
