@@ -111,17 +111,27 @@ def test_no_samples_no_steps():
 
 def test_ranks_take_interleaved_shares_cut_into_micro_batches():
     step = range(3, 13)
-    assert rank_micro_batches(step, 0, 2, 2) == [[3, 5], [7, 9], [11]]
-    assert rank_micro_batches(step, 1, 2, 2) == [[4, 6], [8, 10], [12]]
+    equal = [5] * 13
+    assert rank_micro_batches(step, equal, 0, 2, 2) == [[3, 5], [7, 9], [11]]
+    assert rank_micro_batches(step, equal, 1, 2, 2) == [[4, 6], [8, 10], [12]]
+
+
+def test_micro_batches_group_samples_of_similar_length():
+    lengths = [9, 3, 8, 4, 2, 7]
+    assert rank_micro_batches(range(6), lengths, 0, 1, 2) == [[4, 1], [3, 5], [2, 0]]
+    # Dealt out after ordering: each rank gets short and long samples alike.
+    assert rank_micro_batches(range(6), lengths, 0, 2, 2) == [[4, 3], [2]]
+    assert rank_micro_batches(range(6), lengths, 1, 2, 2) == [[1, 5], [0]]
 
 
 @pytest.mark.parametrize("world_size,micro", [(1, 4), (2, 3), (3, 2), (4, 8)])
 def test_rank_shares_are_disjoint_and_cover_the_step(world_size, micro):
     step = range(8, 30)
-    shares = [[i for batch in rank_micro_batches(step, rank, world_size, micro) for i in batch]
+    lengths = [(7 * i) % 11 for i in range(30)]
+    shares = [[i for batch in rank_micro_batches(step, lengths, rank, world_size, micro) for i in batch]
               for rank in range(world_size)]
     flat = [i for share in shares for i in share]
     assert sorted(flat) == list(step)
     assert len(flat) == len(set(flat))
     for rank in range(world_size):
-        assert all(len(batch) <= micro for batch in rank_micro_batches(step, rank, world_size, micro))
+        assert all(len(batch) <= micro for batch in rank_micro_batches(step, lengths, rank, world_size, micro))

@@ -9,6 +9,7 @@ rather than none.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import torch
@@ -76,7 +77,12 @@ def plan_steps(num_samples: int, derived: Derived, dynamic_global_batch: bool) -
     return [range(i * size, (i + 1) * size) for i in range(steps)], num_samples - steps * size
 
 
-def rank_micro_batches(step: range, rank: int, world_size: int, micro_batch_size: int) -> list[list[int]]:
-    """This rank's share of a step (every world_size-th sample), cut into micro batches."""
-    share = list(step)[rank::world_size]
+def rank_micro_batches(step: range, lengths: Sequence[int], rank: int, world_size: int,
+                       micro_batch_size: int) -> list[list[int]]:
+    """This rank's share of a step, cut into micro batches of samples of similar `lengths`.
+
+    The step's samples are ordered by length before they are dealt to the ranks (every world_size-th),
+    so that a micro batch pads only to its own longest sample, not the step's, and the ranks get alike
+    shares. The order changes nothing else: every loss term is normalised over the whole step."""
+    share = sorted(step, key=lambda i: lengths[i])[rank::world_size]
     return [share[i:i + micro_batch_size] for i in range(0, len(share), micro_batch_size)]

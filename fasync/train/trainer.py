@@ -85,9 +85,10 @@ class Trainer:
 
     def _micro_batches(self, samples: list[Sample], steps: list[range]) -> list[list[MicroBatch]]:
         micro = self.cfg.train.micro_batch_size
+        lengths = [len(s.prompt_ids) + len(s.output_ids) for s in samples]
         return [
             [collate([samples[i] for i in rows], self.pad_id).to(self.device)
-             for rows in rank_micro_batches(step, self.rank, self.world_size, micro)]
+             for rows in rank_micro_batches(step, lengths, self.rank, self.world_size, micro)]
             for step in steps
         ]
 
