@@ -9,6 +9,8 @@ import torch
 
 from fasync.config.schema import FasyncConfig
 from fasync.model import build_tokenizer, token_logprobs
+from fasync.model.policy import sampling_logprobs
+from fasync.rollout import hf_engine
 from fasync.rollout.engine import build_engine
 from fasync.rollout.types import Generation, SamplingParams
 
@@ -110,19 +112,20 @@ def test_rows_near_the_context_length_decode_beside_rows_with_more_room(engine):
     assert [len(g.output_ids) for g in out] == [3, 10]
 
 
-def test_partial_resume_counts_prefix_and_records_versions(engine):
+def test_partial_resume_counts_prefix_and_records_versions(engine, monkeypatch):
     greedy = SamplingParams(max_new_tokens=7, temperature=0.0)
     whole = engine.generate(requests(), greedy)
-    forwards = []
+    sampled = []
 
-    def abort_on_third_step(*_):
-        forwards.append(1)
-        if len(forwards) == 4:  # the prefill, then the forwards of tokens 1-3: the fourth is never sampled
+    def abort_after_third_token(*args):
+        sampled.append(1)
+        if len(sampled) == 3:  # checked before the fourth is sampled, which never is
             engine.abort()
+        return sampling_logprobs(*args)
 
-    hook = engine.model.register_forward_hook(abort_on_third_step)
+    monkeypatch.setattr(hf_engine, "sampling_logprobs", abort_after_third_token)
     partial = engine.generate(requests(), greedy)
-    hook.remove()
+    monkeypatch.undo()
     assert all(g.finish_reason == "abort" and len(g.output_ids) == 3 for g in partial)
 
     engine.load_weights(engine.model.state_dict(), version=1)
@@ -145,6 +148,56 @@ def test_a_token_budget_slices_a_completion_without_changing_it(engine):
     for full, part in zip(whole, sliced):
         assert part.output_ids == full.output_ids and part.token_versions == [0] * 7
         torch.testing.assert_close(torch.tensor(part.logprobs), torch.tensor(full.logprobs), atol=1e-5, rtol=0)
+
+
+def forward_widths(engine):
+    """The number of new tokens of every forward pass the model makes (1: a decode step)."""
+    widths = []
+    hook = engine.model.register_forward_hook(lambda _module, args, _out: widths.append(args[0].shape[1]))
+    return widths, hook
+
+
+def test_a_continued_call_reuses_the_prefix_and_prefills_only_new_rows(engine):
+    greedy = SamplingParams(max_new_tokens=7, temperature=0.0)
+    whole = engine.generate(requests(PROMPTS + ["77=", "5="]), greedy)
+    started = engine.generate(requests(), greedy, token_budget=3)
+    widths, hook = forward_widths(engine)
+    continued = engine.generate(started, greedy, token_budget=2)
+    assert widths == [1, 1]  # no prefill: the last token of each context, then one decode step
+    widths.clear()
+    joined = engine.generate(continued + requests(["77=", "5="]), greedy)
+    hook.remove()
+    assert widths[0] == len(TOKENIZER.format_prompt("77=")) - 1 and widths[1:] == [1] * 7
+    assert [g.output_ids for g in joined] == [g.output_ids for g in whole]
+    for full, part in zip(whole, joined):
+        torch.testing.assert_close(torch.tensor(part.logprobs), torch.tensor(full.logprobs), atol=1e-5, rtol=0)
+
+
+def test_prompts_of_very_different_lengths_are_prefilled_at_their_own_widths(engine):
+    greedy = SamplingParams(max_new_tokens=5, temperature=0.0)
+    prompts = ["9=", "123456789012=", "31="]
+    alone = [engine.generate(requests([prompt]), greedy)[0] for prompt in prompts]
+    widths, hook = forward_widths(engine)
+    together = engine.generate(requests(prompts), greedy)
+    hook.remove()
+    short, long = (len(TOKENIZER.format_prompt(p)) - 1 for p in ("31=", "123456789012="))
+    assert widths == [short, long] + [1] * 5
+    assert [g.output_ids for g in together] == [g.output_ids for g in alone]
+    for one, batched in zip(alone, together):
+        torch.testing.assert_close(torch.tensor(batched.logprobs), torch.tensor(one.logprobs), atol=1e-5, rtol=0)
+
+
+def test_new_weights_prefill_the_prefix_again(engine):
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+    started = engine.generate(requests(), greedy, token_budget=3)
+    engine.load_weights(scrambled(engine.model, 1), version=1)
+    widths, hook = forward_widths(engine)
+    resumed = engine.generate(started, greedy)
+    hook.remove()
+    assert widths[0] > 1
+    for gen in resumed:
+        expected = gen.output_ids[:3] + greedy_reference(engine.model, gen.prompt_ids + gen.output_ids[:3], 3)
+        assert gen.output_ids == expected and gen.token_versions == [0, 0, 0, 1, 1, 1]
 
 
 def test_a_stop_inside_the_budget_finishes_the_request(engine):

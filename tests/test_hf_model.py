@@ -90,6 +90,21 @@ def test_engine_generates_with_logprobs_the_trainer_recomputes(model_dir):
         torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
 
 
+def test_sliced_calls_continue_from_the_cache_as_one_call_would(model_dir):
+    cfg = config(model_dir)
+    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    engine = build_engine(cfg, tokenizer)
+    requests = [Generation(i, tokenizer.format_prompt(p)) for i, p in enumerate(("12+3", "7", "what is 4+4?"))]
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+    whole = engine.generate(requests, greedy)
+    sliced = engine.generate(requests[:2], greedy, token_budget=2)
+    sliced = engine.generate(sliced + requests[2:], greedy, token_budget=3)
+    sliced = engine.generate(sliced, greedy)
+    assert [g.output_ids for g in sliced] == [g.output_ids for g in whole]
+    for full, part in zip(whole, sliced):
+        torch.testing.assert_close(torch.tensor(part.logprobs), torch.tensor(full.logprobs), atol=1e-4, rtol=0)
+
+
 def test_a_few_optimizer_steps_fit_a_completion_and_reach_the_engine(model_dir):
     cfg = config(model_dir)
     tokenizer = build_tokenizer(cfg.model, cfg.data)

@@ -27,6 +27,17 @@ class HFCausalLM(nn.Module):
 
         return DynamicCache(config=self.lm.config)
 
+    def cache_layers(self, cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer, the keys and values [B, H, T, D] of the positions filled so far."""
+        return [(layer.keys, layer.values) for layer in cache.layers]
+
+    def cache_from_layers(self, layers: list[tuple[torch.Tensor, torch.Tensor]], max_len: int):
+        """A cache holding these keys and values (a DynamicCache grows, so `max_len` needs no room)."""
+        cache = self.new_cache(layers[0][0].shape[0], max_len)
+        for index, (keys, values) in enumerate(layers):
+            cache.update(keys.contiguous(), values.contiguous(), index)
+        return cache
+
     def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None) -> torch.Tensor:
         output = self.lm(
             input_ids=input_ids,

@@ -1,8 +1,9 @@
 """Building the policy and scoring tokens under it: the one definition trainer and engines share.
 
 A policy module is called as `model(input_ids, attention_mask=..., position_ids=...)` and returns
-logits [B, T, V]; for decoding it also takes `cache=` (from `model.new_cache(batch, max_len)`) and
-has a `max_seq_len` (None: unbounded).
+logits [B, T, V]; for decoding it also takes `cache=` (from `model.new_cache(batch, max_len)`), has a
+`max_seq_len` (None: unbounded), and moves a cache's keys and values out and in per layer
+(`cache_layers`, `cache_from_layers`), so that an engine can continue a context another call began.
 """
 
 from __future__ import annotations

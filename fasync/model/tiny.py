@@ -105,6 +105,21 @@ class TinyTransformer(nn.Module):
         weight = self.token_embedding.weight
         return KVCache(self.cfg, batch_size, max_len, weight.dtype, weight.device)
 
+    def cache_layers(self, cache: KVCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer, the keys and values [B, H, T, D] of the positions filled so far."""
+        return [(cache.keys[layer, :, :, :cache.length], cache.values[layer, :, :, :cache.length])
+                for layer in range(self.cfg.n_layers)]
+
+    def cache_from_layers(self, layers: list[tuple[torch.Tensor, torch.Tensor]], max_len: int) -> KVCache:
+        """A cache holding these keys and values, with room for `max_len` positions."""
+        batch, _, filled, _ = layers[0][0].shape
+        cache = self.new_cache(batch, max_len)
+        for layer, (keys, values) in enumerate(layers):
+            cache.keys[layer, :, :, :filled] = keys
+            cache.values[layer, :, :, :filled] = values
+        cache.length = filled
+        return cache
+
     def forward(
         self,
         input_ids: torch.Tensor,
