@@ -44,9 +44,9 @@ def delayed_engines(cfg: FasyncConfig, max_delay_s: float, seed: int):
             super().__init__(cfg)
             self.rng = random.Random(seed)
 
-        def generate(self, requests, params):
+        def generate(self, requests, params, token_budget=None):
             time.sleep(self.rng.uniform(0.0, max_delay_s))
-            return super().generate(requests, params)
+            return super().generate(requests, params, token_budget)
 
     return [DelayedEngine.options(num_cpus=0).remote(cfg) for _ in range(cfg.resources.num_rollout_engines)]
 
@@ -106,9 +106,10 @@ def test_async_never_trains_beyond_the_bound(ray_session, tmp_path, staleness, i
     assert_ledger_balanced(run)
 
 
-@pytest.mark.parametrize("partial, engines, stale_policy", [(False, 1, "drop"), (True, 1, "drop"),
-                                                          (False, 2, "regenerate")])
-def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, partial, engines, stale_policy):
+@pytest.mark.parametrize("partial, engines, stale_policy, tokens_per_call", [
+    (False, 1, "drop", None), (True, 1, "drop", None), (False, 2, "regenerate", None), (True, 2, "drop", 1)])
+def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, partial, engines, stale_policy,
+                                                     tokens_per_call):
     # Two engines finish groups out of admission order, so some can arrive staler than admission planned.
     cfg = tiny_config(
         mode="fully_async",
@@ -116,7 +117,7 @@ def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, part
         rollout={"max_new_tokens": 4},
         resources={"num_rollout_engines": engines},
         **{"async": {"max_weight_staleness": 1, "partial_rollout": partial, "max_concurrent_samples": 8,
-                     "stale_policy": stale_policy}},
+                     "stale_policy": stale_policy, "tokens_per_call": tokens_per_call}},
     )
     run = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.08, seed=7))
     history = run.writer.history

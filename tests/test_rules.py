@@ -140,6 +140,12 @@ def test_ignored_settings_are_only_those_written(tmp_path):
                                                                    "async.update_weights_interval"]
 
 
+def test_tokens_per_call_counts_only_with_partial_rollout(tmp_path):
+    path = config_file(tmp_path, "mode: fully_async\nasync:\n  tokens_per_call: 4\n")
+    assert [d.key for d in findings(path, code="U001")] == ["async.tokens_per_call"]
+    assert findings(path, ["async.partial_rollout=true"], code="U001") == []
+
+
 def test_gpu_demand_of_colocated_actors_is_the_larger_share(tmp_path):
     text = ("resources:\n  num_gpus: 2\n  num_rollout_engines: 2\n  gpus_per_engine: 1\n  trainer_ranks: 2\n"
             "  gpus_per_trainer_rank: 1\n")

@@ -142,6 +142,13 @@ class AsyncConfig(Section):
         "under the new weights. Off: they finish under the old weights. (async pushes weights between rollouts, "
         "so nothing is in flight to abort.)",
     )
+    tokens_per_call: Optional[int] = Field(
+        None,
+        ge=1,
+        description="fully_async with partial_rollout: most new tokens one engine call generates per request. Between "
+        "calls finished groups leave the batch and new prompts join it, so a long completion does not keep a whole "
+        "call decoding for it (continuous batching, for engines without their own). Null: calls run to completion.",
+    )
     stale_policy: Literal["drop", "regenerate"] = Field(
         "drop", description="fully_async: what happens to a group that became too stale to train on."
     )

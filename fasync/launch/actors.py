@@ -64,9 +64,9 @@ class EngineActor:
         # Each engine its own sampling stream: identical seeds would make every engine's groups identical.
         self.engine = build_engine(cfg, seed=cfg.train.seed + 1 + index)
 
-    def generate(self, requests: bytes, params) -> bytes:
+    def generate(self, requests: bytes, params, token_budget: int | None = None) -> bytes:
         """`pack`ed requests in, `pack`ed generations out."""
-        return pack(self.engine.generate(unpack(requests), params))
+        return pack(self.engine.generate(unpack(requests), params, token_budget))
 
     def load_weights(self, weights: dict, version: int) -> int:
         """`weights` as `TrainerActor.rollout_weights` returns them."""

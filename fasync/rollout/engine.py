@@ -56,11 +56,15 @@ class RolloutEngine(ABC):
 
     # -- the interface ---------------------------------------------------------------------------
 
-    def generate(self, requests: list[Generation], params: SamplingParams) -> list[Generation]:
+    def generate(
+        self, requests: list[Generation], params: SamplingParams, token_budget: int | None = None
+    ) -> list[Generation]:
         """Continue every unfinished request from its output so far, in order.
 
         Tokens already generated count against `max_new_tokens`. Each new token carries its
-        behaviour logprob and the weight version that produced it. Blocks while paused."""
+        behaviour logprob and the weight version that produced it. With a `token_budget` a request
+        gets at most that many new tokens in this call, and comes back unfinished (`finish_reason`
+        None) if it has more to go. Blocks while paused."""
         self._running.wait()
         aborts_seen = self._abort_count
 
@@ -79,20 +83,22 @@ class RolloutEngine(ABC):
                 else:
                     todo.append(i)
             if todo:
+                left = [params.max_new_tokens - len(requests[i].output_ids) for i in todo]
+                budgets = left if token_budget is None else [min(n, token_budget) for n in left]
                 continuations = self._continue(
-                    [requests[i].prompt_ids + requests[i].output_ids for i in todo],
-                    [params.max_new_tokens - len(requests[i].output_ids) for i in todo],
-                    params,
-                    interrupted,
+                    [requests[i].prompt_ids + requests[i].output_ids for i in todo], budgets, params, interrupted
                 )
-                for i, new in zip(todo, continuations):
+                for i, new, budget, remaining in zip(todo, continuations, budgets, left):
                     req = requests[i]
+                    reason = new.finish_reason
+                    if reason == "length" and budget < remaining and len(new.token_ids) == budget:
+                        reason = None  # the call's budget ran out, not the completion's
                     results[i] = replace(
                         req,
                         output_ids=req.output_ids + new.token_ids,
                         logprobs=req.logprobs + new.logprobs,
                         token_versions=req.token_versions + [version] * len(new.token_ids),
-                        finish_reason=new.finish_reason,
+                        finish_reason=reason,
                     )
             return results
 

@@ -35,11 +35,13 @@ class Rollouter:
         self.cfg = cfg
         self.derived = derive(cfg)
         self.engines = engines
-        self.queue = GroupQueue(self.derived.max_queue_size)
+        self.queue = GroupQueue(self.derived.max_queue_size, priority=lambda group: group.oldest_version)
         self.factory = factory
         self.n = cfg.rollout.n_samples_per_prompt
         self.version = 0
         self.partial = cfg.async_.partial_rollout
+        # Without partial rollout a completion never continues under newer weights, so calls run to the end.
+        self.tokens_per_call = cfg.async_.tokens_per_call if self.partial else None
         self.group_chunk = max(1, math.ceil(self.derived.max_concurrent_samples / self.n / len(engines)))
         self._running = asyncio.Event()
         self._running.set()
@@ -73,11 +75,11 @@ class Rollouter:
         drain = ahead // self.cfg.rollout.batch_size
         return drain // self.cfg.async_.update_weights_interval - self.version <= bound
 
-    def _admit(self) -> list[PromptGroup]:
+    def _admit(self, most: int) -> list[PromptGroup]:
         room = self.derived.max_queue_size - self.queue.size() - self.in_flight // self.n
         slots = (self.derived.max_concurrent_samples - self.in_flight) // self.n
         count = 0
-        while count < min(room, slots, self.group_chunk) and self._fresh_enough(self._groups_ahead() + count):
+        while count < min(room, slots, most) and self._fresh_enough(self._groups_ahead() + count):
             count += 1
         groups = []
         while self._retry and len(groups) < count:
@@ -91,34 +93,28 @@ class Rollouter:
 
     # -- generation ------------------------------------------------------------------------------
 
-    async def _generate(self, engine, groups: list[PromptGroup]) -> None:
-        """Run the groups' requests to completion, resuming aborted ones from their prefix after a sync."""
-        by_id = {req.request_id: req for group in groups for req in group.requests}
-        pending = list(by_id.values())
-        interrupted: set[int] = set()
-        while pending:
-            await self._running.wait()
-            if self._stopping:
-                return
-            self._calls += 1
-            started = time.monotonic()
-            try:
-                results = unpack(await engine.generate.remote(pack(pending), self.factory.params))
-            finally:
-                self.busy_s += time.monotonic() - started
-                self._calls -= 1
-                async with self._calls_done:
-                    self._calls_done.notify_all()
-            for gen in results:
-                by_id[gen.request_id] = gen
-            pending = [gen for gen in results if not gen.finished]
-            for gen in pending:
-                interrupted.add(gen.request_id)
+    async def _call(self, engine, groups: list[PromptGroup]) -> None:
+        """One generate call over the groups' unfinished requests, which come back continued: finished,
+        or unfinished when the call was aborted or spent its `tokens_per_call`."""
+        pending = [req for group in groups for req in group.requests if not req.finished]
         for group in groups:
-            group.requests = [by_id[req.request_id] for req in group.requests]
-            if any(req.request_id in interrupted for req in group.requests):
+            # Continuing tokens an older version produced is what partial rollout means by a resume.
+            if any(req.token_versions and req.token_versions[-1] != self.version
+                   for req in group.requests if not req.finished):
                 group.resumes += 1
                 self.resumed_groups += 1
+        self._calls += 1
+        started = time.monotonic()
+        try:
+            results = unpack(await engine.generate.remote(pack(pending), self.factory.params, self.tokens_per_call))
+        finally:
+            self.busy_s += time.monotonic() - started
+            self._calls -= 1
+            async with self._calls_done:
+                self._calls_done.notify_all()
+        by_id = {gen.request_id: gen for gen in results}
+        for group in groups:
+            group.requests = [by_id.get(req.request_id, req) for req in group.requests]
 
     async def _deliver(self, group: PromptGroup) -> None:
         self.factory.score(group)
@@ -137,26 +133,31 @@ class Rollouter:
         self._changed.set()
 
     async def _engine_loop(self, engine) -> None:
+        """Keep the engine's batch full: each call continues the groups in it, groups that finished
+        leave for the queue, and admission tops the batch up before the next call."""
+        active: list[PromptGroup] = []
         while not self._stopping:
             await self._running.wait()
             if self._stopping:
                 break
             # Cleared before looking, and no await in between: a change after the look wakes the wait.
             self._changed.clear()
-            groups = self._admit()
-            if not groups:
+            active += self._admit(self.group_chunk - len(active))
+            if not active:
                 await self._changed.wait()
                 continue
-            await self._generate(engine, groups)
+            await self._call(engine, active)
             if self._stopping:
-                for group in groups:
-                    self._drop(group, "unfinished_at_stop")
                 break
-            for group in groups:
+            finished = [group for group in active if all(req.finished for req in group.requests)]
+            active = [group for group in active if not all(req.finished for req in group.requests)]
+            for group in finished:
                 try:
                     await self._deliver(group)
                 except QueueClosed:
                     self._drop(group, "unfinished_at_stop")
+        for group in active:
+            self._drop(group, "unfinished_at_stop")
 
     async def run(self) -> dict:
         await asyncio.gather(*(self._engine_loop(engine) for engine in self.engines))

@@ -19,9 +19,13 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     if cfg.mode != "fully_async":
         yield "async", ["max_queue_size", "max_concurrent_samples", "stale_policy"], \
             "only fully_async has a rollouter and a queue", "`mode: fully_async`"
-        yield "async", ["partial_rollout"], \
+        yield "async", ["partial_rollout", "tokens_per_call"], \
             "only the fully_async rollouter aborts and resumes generations; in async they finish under their weights", \
             "`mode: fully_async`"
+    elif not async_.partial_rollout:
+        yield "async", ["tokens_per_call"], \
+            "without partial rollout a completion must finish under the weights it started with, so calls run to the end", \
+            "`async.partial_rollout: true`"
     elif async_.max_weight_staleness is None:
         yield "async", ["stale_policy"], "with `async.max_weight_staleness` null no group is ever too stale", \
             "a staleness bound (`async.max_weight_staleness`)"
@@ -54,7 +58,7 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     "U001", "ignored-setting", Severity.INFO,
     summary="A setting that has no effect with the rest of this config.",
     what="Reports keys written in the config that the code ignores given the other settings: async keys in "
-    "sync mode, queue and partial-rollout keys outside fully_async, dynamic-sampling sizes without dynamic "
+    "sync mode, queue and partial-rollout keys outside fully_async, `async.tokens_per_call` without partial rollout, dynamic-sampling sizes without dynamic "
     "sampling, `top_p` under greedy decoding, `train.global_batch_size` under the dynamic global batch, "
     "embedded-model keys with `model.path`, built-in-task keys with `data.path` (and JSONL keys without), "
     "weight-shaping keys with `correction.level: none`. Only keys some layer sets are reported, not defaults.",

@@ -1,0 +1,108 @@
+"""The fully_async rollouter's engine loop, without Ray: a scripted engine whose completions have
+known lengths shows what a call holds and when groups leave it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+from sections import with_sections
+
+from fasync.config.schema import FasyncConfig
+from fasync.drivers.common import build_factory
+from fasync.launch.actors import pack, unpack
+from fasync.rollout.rollouter import Rollouter
+
+N = 4
+LONG, SHORT = 6, 1
+
+CONFIG = {
+    "mode": "fully_async",
+    "model": {"n_layers": 1, "d_model": 16, "n_heads": 2, "max_seq_len": 16},
+    "data": {"task": "reverse", "length": 3},
+    "rollout": {"batch_size": 4, "n_samples_per_prompt": N, "max_new_tokens": LONG},
+    "train": {"global_batch_size": 16, "micro_batch_size": 16},
+    "async": {"max_weight_staleness": None, "max_concurrent_samples": 4 * N, "max_queue_size": 64},
+}
+
+
+def target_length(request_id: int) -> int:
+    """Every third group needs long completions, the others short ones."""
+    return LONG if request_id // N % 3 == 0 else SHORT
+
+
+class Method:
+    """A method as the rollouter calls an actor's: `.remote(...)` returns something to await."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        async def call():
+            await asyncio.sleep(0)
+            return self.fn(*args)
+
+        return call()
+
+
+class ScriptedEngine:
+    """Generates `target_length` tokens per request, at most `token_budget` per call, and records
+    every call's requests as (request_id, tokens they already had)."""
+
+    def __init__(self):
+        self.calls: list[list[tuple[int, int]]] = []
+        self.generate = Method(self._generate)
+        self.abort = Method(lambda: None)
+
+    def _generate(self, packed: bytes, params, token_budget):
+        requests = unpack(packed)
+        self.calls.append([(req.request_id, len(req.output_ids)) for req in requests])
+        out = []
+        for req in requests:
+            left = target_length(req.request_id) - len(req.output_ids)
+            new = left if token_budget is None else min(left, token_budget)
+            out.append(replace(req, output_ids=req.output_ids + [5] * new, logprobs=req.logprobs + [-1.0] * new,
+                               token_versions=req.token_versions + [0] * new,
+                               finish_reason="stop" if new == left else None))
+        return pack(out)
+
+
+def stream(partial: bool, tokens_per_call: int | None, drains: int = 6):
+    cfg = FasyncConfig.model_validate(with_sections(
+        CONFIG, **{"async": {**CONFIG["async"], "partial_rollout": partial, "tokens_per_call": tokens_per_call}}))
+    engine = ScriptedEngine()
+    rollouter = Rollouter(cfg, [engine], build_factory(cfg))
+
+    async def body():
+        running = asyncio.create_task(rollouter.run())
+        taken = []
+        for _ in range(drains):
+            groups, state = unpack(await rollouter.take(cfg.rollout.batch_size))
+            taken += groups
+        ledger = await rollouter.stop()
+        await running
+        return taken, ledger
+
+    taken, ledger = asyncio.run(body())
+    return engine, taken, ledger
+
+
+def test_sliced_calls_let_new_prompts_join_while_long_completions_continue():
+    engine, taken, ledger = stream(partial=True, tokens_per_call=2)
+    for group in taken:
+        assert all(req.finish_reason == "stop" for req in group.requests)
+        assert {len(req.output_ids) for req in group.requests} == {target_length(group.requests[0].request_id)}
+    assert any(any(had for _, had in call) and any(not had for _, had in call) for call in engine.calls)
+    assert max(len(call) for call in engine.calls) <= 4 * N
+    # Short groups admitted after a long one reach the queue before it.
+    ids = [group.group_id for group in taken]
+    assert ids != sorted(ids)
+    assert ledger["produced"] == ledger["in_flight"] + sum(ledger["dropped"].values()) + ledger["put"]
+
+
+@pytest.mark.parametrize("tokens_per_call", [None, 2])
+def test_whole_calls_without_partial_rollout(tokens_per_call):
+    engine, taken, _ = stream(partial=False, tokens_per_call=tokens_per_call)
+    assert all(had == 0 for call in engine.calls for _, had in call)
+    assert all(req.finish_reason == "stop" for group in taken for req in group.requests)
