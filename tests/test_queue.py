@@ -70,3 +70,15 @@ def test_shutdown_wakes_waiters_and_returns_leftovers():
 def test_queue_must_hold_something():
     with pytest.raises(ValueError):
         GroupQueue(0)
+
+
+def test_priority_takes_the_lowest_first_and_put_order_among_equals():
+    async def body():
+        queue = GroupQueue(8, priority=lambda item: item[0])
+        for item in [(2, "a"), (1, "b"), (2, "c"), (1, "d"), (0, "e")]:
+            await queue.put(item)
+        assert await queue.get(3) == [(0, "e"), (1, "b"), (1, "d")]
+        await queue.put((1, "f"))
+        assert await queue.shutdown() == [(1, "f"), (2, "a"), (2, "c")]
+
+    run(body())

@@ -1,14 +1,20 @@
-"""The bounded FIFO between the rollouter and the trainer (fully_async).
+"""The bounded queue between the rollouter and the trainer (fully_async).
 
 A full queue makes `put` wait, so the producer pauses instead of dropping;
-`shutdown` wakes every waiter so that nobody hangs when the run ends.
+`shutdown` wakes every waiter so that nobody hangs when the run ends. Items
+leave in put order, or, with a `priority`, lowest priority first and in put
+order among equals: the rollouter puts the groups of the oldest weights first,
+so that a long completion that arrives late is not also queued behind the
+short ones admitted after it, and does not go stale there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
-from collections import deque
+from collections.abc import Callable
 
 
 class QueueClosed(Exception):
@@ -16,11 +22,14 @@ class QueueClosed(Exception):
 
 
 class GroupQueue:
-    def __init__(self, max_size: int):
+    def __init__(self, max_size: int, priority: Callable[[object], int] | None = None):
         if max_size < 1:
             raise ValueError("max_size must be at least 1")
         self.max_size = max_size
-        self._items: deque = deque()
+        self.priority = priority
+        self._items: list[tuple[int, int, object]] = []
+        """A heap of (priority, put order, item)."""
+        self._order = itertools.count()
         self._changed = asyncio.Condition()
         self._closed = False
         self.total_put = 0
@@ -34,13 +43,14 @@ class GroupQueue:
             await self._changed.wait_for(lambda: self._closed or len(self._items) < self.max_size)
             if self._closed:
                 raise QueueClosed("queue is shut down")
-            self._items.append(item)
+            rank = self.priority(item) if self.priority is not None else 0
+            heapq.heappush(self._items, (rank, next(self._order), item))
             self.total_put += 1
             self.put_wait_s += time.monotonic() - start
             self._changed.notify_all()
 
     async def get(self, count: int, timeout: float | None = None) -> list:
-        """The oldest `count` items, waiting until there are that many; fewer only on timeout or shutdown."""
+        """The first `count` items, waiting until there are that many; fewer only on timeout or shutdown."""
         start = time.monotonic()
         async with self._changed:
             try:
@@ -49,7 +59,7 @@ class GroupQueue:
                 )
             except asyncio.TimeoutError:
                 pass
-            taken = [self._items.popleft() for _ in range(min(count, len(self._items)))]
+            taken = [heapq.heappop(self._items)[2] for _ in range(min(count, len(self._items)))]
             self.total_got += len(taken)
             self.get_wait_s += time.monotonic() - start
             self._changed.notify_all()
@@ -72,7 +82,7 @@ class GroupQueue:
         """Close the queue and return what was left in it."""
         async with self._changed:
             self._closed = True
-            left = list(self._items)
+            left = [item for _, _, item in sorted(self._items)]
             self._items.clear()
             self._changed.notify_all()
             return left
