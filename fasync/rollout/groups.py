@@ -27,6 +27,10 @@ class PromptGroup:
         return len(self.requests)
 
     @property
+    def finished(self) -> bool:
+        return all(req.finished for req in self.requests)
+
+    @property
     def oldest_version(self) -> int:
         return min(s.oldest_version for s in self.samples)
 

@@ -78,7 +78,7 @@ class HFEngine(RolloutEngine):
         self._prefixes = {}
         buckets = length_buckets([row for row, prefix in enumerate(prefixes) if prefix is None], contexts)
         if (any(prefixes) or len(buckets) > 1) and min(lengths.tolist()) > 1:
-            cache, base, logits = self._assemble(contexts, prefixes, buckets, steps)
+            cache, base, logits = self._assemble(contexts, lengths, prefixes, buckets, steps)
         else:
             cache, base, logits = self._prefill(contexts, steps)
         # Column `base + t` holds the token sampled at step t; each row's context ends just before `base`.
@@ -147,8 +147,8 @@ class HFEngine(RolloutEngine):
         logits = self.model(input_ids, attention_mask=mask, position_ids=position_ids, cache=cache)[:, -1]
         return cache, width, logits
 
-    def _assemble(self, contexts: list[list[int]], prefixes: list[Prefix | None], buckets: list[list[int]],
-                  steps: int):
+    def _assemble(self, contexts: list[list[int]], lengths: torch.Tensor, prefixes: list[Prefix | None],
+                  buckets: list[list[int]], steps: int):
         """Like `_prefill`, but each bucket of rows is prefilled (all but its last token) at its own width, the rows
         an earlier call left unfinished bring their keys and values instead, and then every row's last token goes
         through the model."""
@@ -166,7 +166,6 @@ class HFEngine(RolloutEngine):
         ]
         width = merged[0][0].shape[2]
         cache = self.model.cache_from_layers(merged, width + 1 + steps)
-        lengths = torch.tensor([len(c) for c in contexts], device=device)
         mask = torch.zeros(len(contexts), width + 1, dtype=torch.long, device=device)
         mask[:, :width] = torch.arange(width, device=device) >= (width - lengths + 1)[:, None]
         mask[:, width] = 1

@@ -149,8 +149,8 @@ class Rollouter:
             await self._call(engine, active)
             if self._stopping:
                 break
-            finished = [group for group in active if all(req.finished for req in group.requests)]
-            active = [group for group in active if not all(req.finished for req in group.requests)]
+            finished = [group for group in active if group.finished]
+            active = [group for group in active if not group.finished]
             for group in finished:
                 try:
                     await self._deliver(group)
