@@ -54,6 +54,13 @@ def test_phases_and_idle_fractions_come_from_the_steady_window():
     assert report.trainer_idle == 0.25 and report.rollouter_idle == 0.75
     assert ideal_speedup(report) == 1.5
     assert report.time_to_target_s is None and report.runs_reached == 0
+    assert report.stale_dropped == 0.0
+
+
+def test_samples_dropped_as_stale_count_against_all_generated_for_training():
+    records = [{"rollout": i, "wall_time": 1.0 + i, "num_samples": 100, "staleness_mean": 2.0, "staleness_max": 2,
+                "rollout_reward_mean": 0.5, "dropped_stale": 25 * i} for i in range(5)]
+    assert measure("fully_async", 0, records, 0.9, engines=1).stale_dropped == 100 / 600
 
 
 def test_repeated_runs_merge_into_medians_and_counts():
@@ -95,13 +102,14 @@ def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
     doc = tmp_path / "benchmarks.md"
-    tail = LongTail(short=1, long=3, long_fraction=0.25, pool=64, rollouts=4, target=0.5)
+    tail = LongTail(short=1, long=3, long_fraction=0.25, pool=64, rollouts=4, target=0.5, micro_batch_size=8,
+                    tokens_per_call=2)
     results, blocks = benchmark(str(config), [], out_dir=tmp_path / "runs", doc=doc, long_tail=tail,
                                 command="fasync bench tiny.yaml")
 
     standard, long_tail = results
     assert [r.mode for r in standard.reports] == ["sync", "async", "fully_async"]
-    assert [r.mode for r in long_tail.reports] == ["async", "fully_async", "fully_async"]
+    assert [r.mode for r in long_tail.reports] == ["async", "fully_async", "fully_async", "fully_async"]
     for report in standard.reports + long_tail.reports:
         assert report.exit_code == 0
         assert report.rollouts == 4 and report.window_s > 0 and report.samples_per_s > 0
@@ -109,6 +117,7 @@ def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
         assert report.runs_reached == int(report.time_to_target_s is not None)
         assert report.time_to_target_s is None or report.time_to_target_s > 0
         assert 0.0 <= report.trainer_idle <= 1.0 and 0.0 <= report.rollouter_idle <= 1.0
+        assert 0.0 <= report.stale_dropped < 1.0
         assert 0.0 <= report.staleness_mean <= report.staleness_max <= BOUNDS[report.mode]
         assert report.generate_s > 0 and report.train_call_s >= report.train_s > 0
         assert all(math.isfinite(value) for value in report.correction.values())

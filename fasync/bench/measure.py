@@ -29,6 +29,9 @@ class ModeReport:
     """Seconds since the run started when the running mean reward first reached the target (None: never)."""
     staleness_mean: float
     staleness_max: int
+    stale_dropped: float
+    """Fraction of the samples generated for training that the trainer dropped as too stale (fully_async):
+    generation the samples/s does not count."""
     trainer_idle: float
     """Fraction of the window the trainer was not in a train call: waiting for data, for a weight sync or
     for the driver."""
@@ -91,6 +94,8 @@ def measure(mode: str, exit_code: int, records: list[dict], target: float, engin
     correction = {key: _mean([r[key] for r in records if r.get(key) is not None]) for key in CORRECTION_METRICS}
     reached = time_to_target(records, target)
     samples_per_s = total("num_samples") / span if window_s else 0.0
+    trained = sum(r.get("num_samples") or 0 for r in records)
+    stale = records[-1].get("dropped_stale", 0) if records else 0  # a running count
     return ModeReport(
         mode=mode,
         exit_code=exit_code,
@@ -99,6 +104,7 @@ def measure(mode: str, exit_code: int, records: list[dict], target: float, engin
         time_to_target_s=reached,
         staleness_mean=_mean([r["staleness_mean"] for r in records]),
         staleness_max=max((r["staleness_max"] for r in records), default=0),
+        stale_dropped=stale / (stale + trained) if stale + trained else 0.0,
         trainer_idle=_fraction(1.0 - train_call_s / span) if window_s else 1.0,
         rollouter_idle=_fraction(1.0 - generate_s / (engines * span)) if window_s else 1.0,
         generate_s=generate_s,

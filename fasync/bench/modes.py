@@ -83,12 +83,17 @@ class LongTail:
     """Reverse problems with `short`-digit answers, a `long_fraction` of them `long`-digit ones."""
 
     short: int = 2
-    long: int = 12
+    long: int = 24
     long_fraction: float = 0.1
     pool: int = 4096
-    rollouts: int = 120
+    rollouts: int = 200
     target: float = 0.5
     """What the length-then-digits reward reaches within the budget; 0.9 takes far longer."""
+    micro_batch_size: int = 32
+    """Small micro batches cut by length let a step of short samples cost little, so that generation,
+    not the trainer, bounds the run: the regime the long tail is about."""
+    tokens_per_call: int = 4
+    """`async.tokens_per_call` of the sliced fully_async variant."""
 
     def write_dataset(self, path: Path, seed: int = 0) -> Path:
         from fasync.data.tasks import generate_problems
@@ -108,17 +113,21 @@ class LongTail:
             f"{self.short}-digit ones (reverse problems in `{dataset.name}`, written by the benchmark), with "
             f"`rollout.max_new_tokens={self.long}`. The reward is `fasync.bench.rewards:length_then_digits`, "
             "under which the model learns within a few dozen rollouts to stop short answers after their "
-            "digits, so generation lengths follow the data: one long prompt keeps its whole generate call "
-            f"decoding for {self.long} steps. Every run trains {self.rollouts} rollouts; time to target is "
-            f"to reward {self.target}.",
+            "digits, so generation lengths follow the data: one long prompt keeps a whole generate call "
+            f"decoding for {self.long} steps. `train.micro_batch_size={self.micro_batch_size}` keeps a step "
+            "of short samples cheap, so that generation bounds the run. Every run trains "
+            f"{self.rollouts} rollouts; time to target is to reward {self.target}.",
             (
                 Variant("async", "async"),
-                Variant("fully_async (partial rollout)", "fully_async"),
+                Variant(f"fully_async (partial rollout, {self.tokens_per_call} tokens per call)", "fully_async",
+                        ("async.partial_rollout=true", f"async.tokens_per_call={self.tokens_per_call}")),
+                Variant("fully_async (partial rollout, whole calls)", "fully_async", ("async.partial_rollout=true",)),
                 Variant("fully_async (no partial rollout)", "fully_async", ("async.partial_rollout=false",)),
             ),
             reference="async",
             overrides=(f"data.path={dataset}", "data.task=null", "reward.function=fasync.bench.rewards:length_then_digits",
                        f"rollout.max_new_tokens={self.long}", f"model.max_seq_len={2 * self.long + 4}",
+                       f"train.micro_batch_size={self.micro_batch_size}",
                        f"train.num_rollouts={self.rollouts}", "train.target_reward=null"),
             target=self.target,
         )

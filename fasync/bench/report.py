@@ -125,14 +125,14 @@ def write_block(doc: Path, name: str, text: str, writer: str = "`fasync bench`")
 def mode_table(result: ScenarioResult) -> str:
     shown = [key for key in CORRECTION_METRICS if any(key in r.correction for r in result.reports)]
     header = ["mode", "exit", "rollouts", "samples/s (runs)", f"time to {result.target} (s, runs reaching it)",
-              "staleness mean", "staleness max", "trainer idle", "rollouter idle", *shown]
+              "staleness mean", "staleness max", "dropped as stale", "trainer idle", "rollouter idle", *shown]
     rows = []
     for label, r in result.by_label().items():
         runs = r.runs_samples_per_s
         spread = f" ({fmt(min(runs), 0)}–{fmt(max(runs), 0)})" if len(runs) > 1 else ""
         rows.append([label, r.exit_code, r.rollouts, fmt(r.samples_per_s, 0) + spread,
                      f"{fmt(r.time_to_target_s, 1)} ({r.runs_reached}/{len(runs)})", r.staleness_mean,
-                     r.staleness_max, fmt(r.trainer_idle, 2), fmt(r.rollouter_idle, 2),
+                     r.staleness_max, fmt(r.stale_dropped, 3), fmt(r.trainer_idle, 2), fmt(r.rollouter_idle, 2),
                      *(r.correction.get(key) for key in shown)])
     return table(header, rows)
 
