@@ -52,8 +52,13 @@ class ScriptedEngine:
 
     def __init__(self):
         self.calls: list[list[tuple[int, int]]] = []
+        self.aborts = 0
         self.generate = Method(self._generate)
-        self.abort = Method(lambda: None)
+        self.abort = Method(self._abort)
+        self.load_weights = Method(lambda weights, version: None)
+
+    def _abort(self):
+        self.aborts += 1
 
     def _generate(self, packed: bytes, params, token_budget):
         requests = unpack(packed)
@@ -68,11 +73,15 @@ class ScriptedEngine:
         return pack(out)
 
 
-def stream(partial: bool, tokens_per_call: int | None, drains: int = 6):
+def rollouter_for(partial: bool, tokens_per_call: int | None):
     cfg = FasyncConfig.model_validate(with_sections(
         CONFIG, **{"async": {**CONFIG["async"], "partial_rollout": partial, "tokens_per_call": tokens_per_call}}))
     engine = ScriptedEngine()
-    rollouter = Rollouter(cfg, [engine], build_factory(cfg))
+    return cfg, engine, Rollouter(cfg, [engine], build_factory(cfg))
+
+
+def stream(partial: bool, tokens_per_call: int | None, drains: int = 6):
+    cfg, engine, rollouter = rollouter_for(partial, tokens_per_call)
 
     async def body():
         running = asyncio.create_task(rollouter.run())
@@ -106,3 +115,21 @@ def test_whole_calls_without_partial_rollout(tokens_per_call):
     engine, taken, _ = stream(partial=False, tokens_per_call=tokens_per_call)
     assert all(had == 0 for call in engine.calls for _, had in call)
     assert all(req.finish_reason == "stop" for group in taken for req in group.requests)
+
+
+@pytest.mark.parametrize(("tokens_per_call", "aborts"), [(None, 1), (2, 0)])
+def test_a_weight_sync_aborts_whole_calls_but_lets_a_slice_finish(tokens_per_call, aborts):
+    cfg, engine, rollouter = rollouter_for(partial=True, tokens_per_call=tokens_per_call)
+
+    async def body():
+        running = asyncio.create_task(rollouter.run())
+        await rollouter.take(cfg.rollout.batch_size)
+        await rollouter.update_weights([None], 1)
+        seen = engine.aborts
+        await rollouter.take(cfg.rollout.batch_size)
+        await rollouter.stop()
+        await running
+        return seen
+
+    assert asyncio.run(body()) == aborts
+    assert rollouter.version == 1

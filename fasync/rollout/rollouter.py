@@ -178,11 +178,15 @@ class Rollouter:
         `weights` is a one-item list holding the reference to the trainer's weights, so that Ray hands
         this actor the reference and not the arrays: each engine fetches them from the object store.
 
-        With partial rollout the call in flight is aborted and its unfinished requests resume from their
-        prefix under the new weights; without, it finishes under the old weights first."""
+        With partial rollout the call in flight is aborted (a sliced one finishes its slice) and its
+        unfinished requests resume from their prefix under the new weights; without, it finishes under the
+        old weights first."""
         start = time.monotonic()
         self._running.clear()
-        aborts = [engine.abort.remote() for engine in self.engines] if self.partial else []
+        # A sliced call ends within `tokens_per_call` tokens anyway: letting it finish keeps the rows it was
+        # about to complete, and its end is the pause point the resume starts from.
+        abort = self.partial and self.tokens_per_call is None
+        aborts = [engine.abort.remote() for engine in self.engines] if abort else []
         # An engine runs one call at a time, in order: each load starts as soon as the call in flight has
         # returned, without waiting for this actor to see that return first.
         loads = [engine.load_weights.remote(weights[0], version) for engine in self.engines]
