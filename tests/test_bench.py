@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from fasync.bench.measure import ideal_speedup, measure, median_report, time_to_target
-from fasync.bench.modes import EXAMPLES, LongTail, mode_overrides
+from fasync.bench.modes import EXAMPLES, LongTail, mode_overrides, variant_overrides
 from fasync.bench.report import write_block
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +36,16 @@ def test_mode_settings_come_from_the_example_configs():
     assert f"async.max_weight_staleness={shipped['async']['max_weight_staleness']}" in overrides
     assert f'correction.ratio_anchor="{shipped["correction"]["ratio_anchor"]}"' in overrides
     assert mode_overrides("sync") == ["mode=sync"]
+
+
+def test_a_variant_overrides_each_key_once_with_its_last_setting():
+    tail = LongTail(slices=(12,)).scenario(Path("long-tail.jsonl"))
+    for variant in tail.variants:
+        overrides = variant_overrides(tail, variant)
+        keys = [item.split("=", 1)[0] for item in overrides]
+        assert len(keys) == len(set(keys)), overrides
+    no_partial = variant_overrides(tail, tail.variants[-1])
+    assert "async.partial_rollout=false" in no_partial and "async.partial_rollout=true" not in no_partial
 
 
 def test_time_to_target_uses_the_running_mean_of_three_rollouts():
@@ -103,7 +113,7 @@ def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
     config.write_text(yaml.safe_dump(TINY))
     doc = tmp_path / "benchmarks.md"
     tail = LongTail(short=1, long=3, long_fraction=0.25, pool=64, rollouts=4, target=0.5, micro_batch_size=8,
-                    tokens_per_call=2)
+                    slices=(2,))
     results, blocks = benchmark(str(config), [], out_dir=tmp_path / "runs", doc=doc, long_tail=tail,
                                 command="fasync bench tiny.yaml")
 

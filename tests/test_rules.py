@@ -112,6 +112,26 @@ def test_multi_step_staleness_is_a_warning_and_names_both_fixes(tmp_path):
     assert findings(path, ["async.max_weight_staleness=null"], code="S001") == []
 
 
+@pytest.mark.parametrize("bound, per_call, policy, calls, fix", [
+    (2, 4, "drop", 6, "`async.tokens_per_call: 12` or more (at most 2 calls per completion)"),
+    (1, 12, "regenerate", 2, "`async.tokens_per_call: 24` or more"),
+    (0, 24, "drop", 1, "set `async.max_weight_staleness: 1`"),
+])
+def test_sliced_completions_outliving_the_bound_state_the_calls_and_the_fix(bound, per_call, policy, calls, fix,
+                                                                             tmp_path):
+    text = ("mode: fully_async\nrollout:\n  max_new_tokens: 24\ncorrection:\n  level: token\n"
+            f"async:\n  partial_rollout: true\n  max_weight_staleness: {bound}\n  tokens_per_call: {per_call}\n"
+            f"  stale_policy: {policy}\n")
+    (diagnostic,) = findings(config_file(tmp_path, text), code="S008")
+    assert f"takes {calls} call{'s' if calls > 1 else ''} of `async.tokens_per_call` {per_call}" in diagnostic.message
+    assert f"reaches staleness {calls}" in diagnostic.message
+    assert ("regenerated" if policy == "regenerate" else "dropped") in diagnostic.message
+    assert fix in diagnostic.help and f"`async.max_weight_staleness: {calls}`" in diagnostic.help
+    path = config_file(tmp_path, text.replace(f"tokens_per_call: {per_call}", "tokens_per_call: 24"))
+    assert bound == 0 or findings(path, code="S008") == []
+    assert findings(config_file(tmp_path, text), ["async.partial_rollout=false"], code="S008") == []
+
+
 @pytest.mark.parametrize("batch, samples_per_prompt, global_batch, trimmed, total, percent, steps", [
     (32, 8, 192, 64, 256, "25.0", 1),
     (30, 8, 64, 48, 240, "20.0", 3),

@@ -92,8 +92,9 @@ class LongTail:
     micro_batch_size: int = 32
     """Small micro batches cut by length let a step of short samples cost little, so that generation,
     not the trainer, bounds the run: the regime the long tail is about."""
-    tokens_per_call: int = 4
-    """`async.tokens_per_call` of the sliced fully_async variant."""
+    slices: tuple[int, ...] = (12, 4)
+    """`async.tokens_per_call` of each sliced fully_async variant: half the longest answer (within the bound,
+    S008), and a slice so short that the longest answers outlive the bound."""
 
     def write_dataset(self, path: Path, seed: int = 0) -> Path:
         from fasync.data.tasks import generate_problems
@@ -119,8 +120,8 @@ class LongTail:
             f"{self.rollouts} rollouts; time to target is to reward {self.target}.",
             (
                 Variant("async", "async"),
-                Variant(f"fully_async (partial rollout, {self.tokens_per_call} tokens per call)", "fully_async",
-                        ("async.partial_rollout=true", f"async.tokens_per_call={self.tokens_per_call}")),
+                *(Variant(f"fully_async (partial rollout, {tokens} tokens per call)", "fully_async",
+                          ("async.partial_rollout=true", f"async.tokens_per_call={tokens}")) for tokens in self.slices),
                 Variant("fully_async (partial rollout, whole calls)", "fully_async", ("async.partial_rollout=true",)),
                 Variant("fully_async (no partial rollout)", "fully_async", ("async.partial_rollout=false",)),
             ),
@@ -150,8 +151,11 @@ def run_variant(config: str, overrides: list[str], run_dir: Path) -> tuple[int, 
 
 
 def variant_overrides(scenario: Scenario, variant: Variant, examples: Path = EXAMPLES) -> list[str]:
-    """What a run adds to the user's overrides; later ones win."""
-    return [*scenario.overrides, *mode_overrides(variant.mode, examples), *variant.overrides]
+    """What a run adds to the user's overrides, each key once: the last setting of a key, which is the one
+    that would win on the command line."""
+    items = [*scenario.overrides, *mode_overrides(variant.mode, examples), *variant.overrides]
+    keys = [item.split("=", 1)[0] for item in items]
+    return [item for index, item in enumerate(items) if keys[index] not in keys[index + 1:]]
 
 
 def run_scenario(scenario: Scenario, config: str, overrides: list[str], out_dir: Path, target: float,

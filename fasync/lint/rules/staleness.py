@@ -208,3 +208,47 @@ def sync_interval_hides_lag(cfg, derived):
         "set `async.update_weights_interval: 1`, or choose `async.max_weight_staleness` knowing that one version "
         f"is {plural(per_version, 'optimizer step')}",
     )
+
+
+def _calls_per_completion(cfg) -> int:
+    return -(-cfg.rollout.max_new_tokens // cfg.async_.tokens_per_call)
+
+
+@rule(
+    "S008", "sliced-completions-outlive-bound", Severity.WARNING,
+    summary="Sliced calls so short that the longest completions outlive the staleness bound.",
+    what="Reports fully_async with partial rollout, `async.tokens_per_call` and `async.max_weight_staleness` "
+    "set, where a completion of `rollout.max_new_tokens` takes more engine calls (max_new_tokens / "
+    "tokens_per_call, rounded up) than the bound allows versions.",
+    why="A weight sync can fall between any two calls, and a finished group may wait in the queue through one "
+    "more: a completion that takes m calls can reach staleness m before it is trained on. Beyond the bound "
+    "its group is dropped (or regenerated, and may outlive the bound again), and the groups this hits are "
+    "the ones with the longest completions, so training sees fewer long answers than the data holds: a "
+    "length bias no metric but `dropped_stale` shows. Longer slices, or a bound of m, keep every completion "
+    "within reach.",
+    bad_example="mode: fully_async\nrollout:\n  max_new_tokens: 24\nasync:\n  max_weight_staleness: 2\n"
+    "  partial_rollout: true\n  tokens_per_call: 4\ncorrection:\n  level: token\n",
+    good_example="mode: fully_async\nrollout:\n  max_new_tokens: 24\nasync:\n  max_weight_staleness: 2\n"
+    "  partial_rollout: true\n  tokens_per_call: 12\ncorrection:\n  level: token\n",
+)
+def sliced_completions_outlive_bound(cfg, derived):
+    settings = cfg.async_
+    if (cfg.mode != "fully_async" or not settings.partial_rollout or settings.tokens_per_call is None
+            or settings.max_weight_staleness is None):
+        return
+    bound, calls = settings.max_weight_staleness, _calls_per_completion(cfg)
+    if calls <= bound:
+        return
+    fate = "regenerated" if settings.stale_policy == "regenerate" else "dropped"
+    raise_bound = f"`async.max_weight_staleness: {calls}`"
+    fix = (f"set `async.tokens_per_call: {-(-cfg.rollout.max_new_tokens // bound)}` or more (at most {bound} calls "
+           f"per completion), or {raise_bound}" if bound > 0 else f"set {raise_bound}")
+    yield Finding(
+        "async.tokens_per_call",
+        f"a completion of `rollout.max_new_tokens` {cfg.rollout.max_new_tokens} takes {plural(calls, 'call')} of "
+        f"`async.tokens_per_call` {settings.tokens_per_call}: with a weight sync between calls and one while it "
+        f"waits in the queue it reaches staleness {calls}, beyond `async.max_weight_staleness` {bound}, and is "
+        f"{fate}. The longest completions are the ones this hits, so training sees fewer long answers than the "
+        "data holds",
+        fix,
+    )
