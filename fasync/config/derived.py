@@ -34,6 +34,10 @@ class Derived:
     """fully_async: samples generating at once (the configured value or its default)."""
     ratio_anchor: str
     """The PPO ratio's anchor after the mode default is applied."""
+    tokens_per_call: Optional[int]
+    """Most new tokens an engine call gives each request: `async.tokens_per_call` in fully_async with partial
+    rollout (without it a completion must finish under the weights it started with); None: calls run to
+    completion."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -80,4 +84,5 @@ def derive(cfg: FasyncConfig) -> Derived:
         max_queue_size=queue,
         max_concurrent_samples=concurrent,
         ratio_anchor=anchor,
+        tokens_per_call=cfg.async_.tokens_per_call if cfg.mode == "fully_async" and cfg.async_.partial_rollout else None,
     )

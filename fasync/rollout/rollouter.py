@@ -40,8 +40,7 @@ class Rollouter:
         self.n = cfg.rollout.n_samples_per_prompt
         self.version = 0
         self.partial = cfg.async_.partial_rollout
-        # Without partial rollout a completion never continues under newer weights, so calls run to the end.
-        self.tokens_per_call = cfg.async_.tokens_per_call if self.partial else None
+        self.tokens_per_call = self.derived.tokens_per_call
         self.group_chunk = max(1, math.ceil(self.derived.max_concurrent_samples / self.n / len(engines)))
         self._running = asyncio.Event()
         self._running.set()

@@ -210,10 +210,6 @@ def sync_interval_hides_lag(cfg, derived):
     )
 
 
-def _calls_per_completion(cfg) -> int:
-    return -(-cfg.rollout.max_new_tokens // cfg.async_.tokens_per_call)
-
-
 @rule(
     "S008", "sliced-completions-outlive-bound", Severity.WARNING,
     summary="Sliced calls so short that the longest completions outlive the staleness bound.",
@@ -232,21 +228,20 @@ def _calls_per_completion(cfg) -> int:
     "  partial_rollout: true\n  tokens_per_call: 12\ncorrection:\n  level: token\n",
 )
 def sliced_completions_outlive_bound(cfg, derived):
-    settings = cfg.async_
-    if (cfg.mode != "fully_async" or not settings.partial_rollout or settings.tokens_per_call is None
-            or settings.max_weight_staleness is None):
+    bound, per_call, longest = cfg.async_.max_weight_staleness, derived.tokens_per_call, cfg.rollout.max_new_tokens
+    if per_call is None or bound is None:
         return
-    bound, calls = settings.max_weight_staleness, _calls_per_completion(cfg)
+    calls = -(-longest // per_call)
     if calls <= bound:
         return
-    fate = "regenerated" if settings.stale_policy == "regenerate" else "dropped"
+    fate = "regenerated" if cfg.async_.stale_policy == "regenerate" else "dropped"
     raise_bound = f"`async.max_weight_staleness: {calls}`"
-    fix = (f"set `async.tokens_per_call: {-(-cfg.rollout.max_new_tokens // bound)}` or more (at most {bound} calls "
-           f"per completion), or {raise_bound}" if bound > 0 else f"set {raise_bound}")
+    fix = (f"set `async.tokens_per_call: {-(-longest // bound)}` or more (at most {bound} calls per completion), "
+           f"or {raise_bound}" if bound > 0 else f"set {raise_bound}")
     yield Finding(
         "async.tokens_per_call",
-        f"a completion of `rollout.max_new_tokens` {cfg.rollout.max_new_tokens} takes {plural(calls, 'call')} of "
-        f"`async.tokens_per_call` {settings.tokens_per_call}: with a weight sync between calls and one while it "
+        f"a completion of `rollout.max_new_tokens` {longest} takes {plural(calls, 'call')} of "
+        f"`async.tokens_per_call` {per_call}: with a weight sync between calls and one while it "
         f"waits in the queue it reaches staleness {calls}, beyond `async.max_weight_staleness` {bound}, and is "
         f"{fate}. The longest completions are the ones this hits, so training sees fewer long answers than the "
         "data holds",
