@@ -90,16 +90,18 @@ def _message(code: str, text: str, tmp_path: Path, overrides=()) -> str:
 FULLY_ASYNC = "mode: fully_async\nrollout:\n  batch_size: 32\n  n_samples_per_prompt: 8\ncorrection:\n  level: token\n"
 
 
+# The lag is (staleness + 1) × interval × steps − 1 optimizer steps, never versions plus steps.
 @pytest.mark.parametrize("mode, staleness, overrides, steps, lag", [
-    ("fully_async", 2, ["train.global_batch_size=64", "train.micro_batch_size=64"], 4, 5),
-    ("fully_async", 1, ["train.global_batch_size=128"], 2, 2),
-    ("async", 3, ["train.global_batch_size=64", "train.micro_batch_size=32", "train.num_steps_per_rollout=2"], 2, 4),
+    ("fully_async", 2, ["train.global_batch_size=64", "train.micro_batch_size=64"], 4, "11 optimizer steps (2.75 versions)"),
+    ("fully_async", 1, ["train.global_batch_size=128"], 2, "3 optimizer steps (1.5 versions)"),
+    ("async", 3, ["train.global_batch_size=64", "train.micro_batch_size=32", "train.num_steps_per_rollout=2"], 2,
+     "7 optimizer steps (3.5 versions)"),
 ])
 def test_multi_step_staleness_states_the_worst_lag(mode, staleness, overrides, steps, lag, tmp_path):
     text = FULLY_ASYNC.replace("fully_async", mode) + f"async:\n  max_weight_staleness: {staleness}\n"
     message = _message("S001", text, tmp_path, overrides)
     assert f"{steps} optimizer steps per {'drain' if mode == 'fully_async' else 'rollout'}" in message
-    assert f"worst policy lag is {lag} versions (staleness {staleness} + {steps} steps − 1)" in message
+    assert f"worst policy lag is {lag} ((staleness {staleness} + 1) × interval 1 × {steps} steps − 1)" in message
 
 
 def test_multi_step_staleness_is_a_warning_and_names_both_fixes(tmp_path):

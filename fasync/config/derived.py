@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from fasync.config.schema import FasyncConfig
+from fasync.staleness import LagBound, max_lag
 
 
 @dataclass(frozen=True)
@@ -24,10 +25,10 @@ class Derived:
     """Samples generated but never trained on each rollout (0 under the dynamic global batch size)."""
     micro_batches_per_step: int
     """Forward/backward passes per optimizer step on each data-parallel rank (rounded down)."""
-    worst_policy_lag: Optional[int]
-    """Most policy updates between the policy that produced a token and the one that trains on it:
-    max_weight_staleness + num_steps_per_rollout − 1 in the async modes (None: unbounded),
-    num_steps_per_rollout − 1 in sync."""
+    max_lag: LagBound
+    """Most optimizer steps between the policy that sampled a trained token and the one that takes its
+    gradient: (max_weight_staleness + 1) × update_weights_interval × num_steps_per_rollout − 1
+    (fasync/staleness.py)."""
     max_queue_size: int
     """fully_async: prompt groups the queue holds (the configured value or its default)."""
     max_concurrent_samples: int
@@ -61,12 +62,6 @@ def derive(cfg: FasyncConfig) -> Derived:
     micro_batches = per_rank // train.micro_batch_size if train.micro_batch_size else 0
 
     staleness = cfg.async_.max_weight_staleness
-    if cfg.mode == "sync":
-        lag: Optional[int] = max(steps - 1, 0)
-    elif staleness is None:
-        lag = None
-    else:
-        lag = staleness + max(steps, 1) - 1
 
     queue = cfg.async_.max_queue_size
     if queue is None:
@@ -80,7 +75,7 @@ def derive(cfg: FasyncConfig) -> Derived:
         num_steps_per_rollout=steps,
         trimmed_samples_per_rollout=trimmed,
         micro_batches_per_step=micro_batches,
-        worst_policy_lag=lag,
+        max_lag=max_lag(cfg.mode, staleness, steps, cfg.async_.update_weights_interval),
         max_queue_size=queue,
         max_concurrent_samples=concurrent,
         ratio_anchor=anchor,

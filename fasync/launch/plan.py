@@ -60,8 +60,7 @@ class ResourcePlan:
                      f"{d.effective_global_batch_size} samples")
         lines.append(f"  trimmed per rollout: {d.trimmed_samples_per_rollout}")
         lines.append(f"  micro batches per step per rank: {d.micro_batches_per_step}")
-        lag = "unbounded" if d.worst_policy_lag is None else d.worst_policy_lag
-        lines.append(f"  worst policy lag: {lag}")
+        lines.append(f"  worst policy lag: {d.max_lag.describe()}")
         lines.append(f"  ratio anchor: {d.ratio_anchor}")
         return "\n".join(lines)
 

@@ -19,7 +19,6 @@ from fasync.lint.rules.facts import (
     BEHAVIOUR_LOGPROB_TRANSFORMS,
     TRAINER_LOGPROB_TRANSFORMS,
     active_transforms,
-    plural,
     uncorrected_partial_rollout,
 )
 
@@ -153,13 +152,13 @@ def level_ignored_by_behaviour_anchor(cfg, derived):
     good_example="mode: async\nasync:\n  max_weight_staleness: 1\ncorrection:\n  level: token\n",
 )
 def uncorrected_staleness(cfg, derived):
-    anchor, lag = derived.ratio_anchor, derived.worst_policy_lag
+    anchor, lag = derived.ratio_anchor, derived.max_lag.steps
     trainer_side = anchor == "proximal" or (anchor == "recompute" and cfg.mode in ASYNC_MODES)
     if cfg.correction.level != "none" or lag == 0 or not trainer_side or uncorrected_partial_rollout(cfg, derived):
         return
     anchored, policy = {"proximal": ("the proximal policy (decoupled PPO)", "π_prox"),
                         "recompute": ("the policy recomputed at the start of each rollout", "π_old")}[anchor]
-    age = "of unbounded staleness" if lag is None else f"up to {plural(lag, 'policy version')} old (worst policy lag)"
+    age = "of unbounded staleness" if lag is None else f"sampled up to {derived.max_lag.describe()} before the step that trains on them (worst policy lag)"
     yield Finding(
         "correction.level",
         f"the PPO ratio is anchored at {anchored} but `correction.level` is none, so no {policy}/π_behav weight "

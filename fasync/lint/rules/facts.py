@@ -73,7 +73,7 @@ def unit(mode: str) -> str:
 
 
 def lag_text(derived: Derived) -> str:
-    return "unbounded" if derived.worst_policy_lag is None else f"{derived.worst_policy_lag}"
+    return derived.max_lag.describe()
 
 
 def plural(count: int, word: str) -> str:

@@ -47,7 +47,7 @@ def multi_step_staleness(cfg, derived):
     yield Finding(
         "train.num_steps_per_rollout" if explicit else "train.global_batch_size",
         f"{steps} optimizer steps per {per} ({source}) under `async.max_weight_staleness` {bound}: worst policy "
-        f"lag is {derived.worst_policy_lag} versions (staleness {bound} + {steps} steps − 1), so the later steps "
+        f"lag is {derived.max_lag.describe()} ((staleness {bound} + 1) × interval {cfg.async_.update_weights_interval} × {steps} steps − 1), so the later steps "
         f"train on data staler than the bound",
         f"{fix}, for one optimizer step per {per}",
     )

@@ -1,0 +1,50 @@
+"""The version arithmetic of fasync/staleness.py, checked against hand-worked cases."""
+
+import pytest
+
+from fasync import staleness as st
+
+
+@pytest.mark.parametrize("mode, bound, steps, interval, lag, versions", [
+    ("fully_async", 2, 4, 1, 11, 2.75),  # the brief's example: not "5 versions"
+    ("async", 1, 1, 1, 1, 1.0),  # N = I = 1: the lag is the bound
+    ("async", 1, 1, 2, 3, 1.5),
+    ("sync", None, 3, 4, 2, 2 / 3),  # sync: s = 0, I = 1, so N − 1
+    ("sync", None, 1, 1, 0, 0.0),
+])
+def test_max_lag_is_counted_in_optimizer_steps(mode, bound, steps, interval, lag, versions):
+    bound_ = st.max_lag(mode, bound, steps, interval)
+    assert bound_.steps == lag
+    assert bound_.versions == pytest.approx(versions)
+
+
+def test_unbounded_lag_reads_unbounded():
+    lag = st.max_lag("fully_async", None, 2, 1)
+    assert lag.steps is None and lag.versions is None and lag.describe() == "unbounded"
+
+
+def test_describe_adds_versions_only_where_a_version_spans_several_steps():
+    assert st.max_lag("async", 2, 1, 1).describe() == "2 optimizer steps"
+    assert st.max_lag("async", 2, 4, 1).describe() == "11 optimizer steps (2.75 versions)"
+    assert st.max_lag("sync", None, 2, 1).describe() == "1 optimizer step (0.5 versions)"
+
+
+def test_admission_and_staleness_rules():
+    # Rollout 5 with a sync every 2 rollouts trains at version 2; engines at version 0 may generate it
+    # only under a bound of 2 or more.
+    assert st.train_version(5, 2) == 2
+    assert st.may_generate(5, 0, 2, 2) and not st.may_generate(5, 0, 2, 1)
+    assert st.may_generate(100, 0, 1, None)
+    assert st.too_stale(3, 0, 2) and not st.too_stale(2, 0, 2) and not st.too_stale(9, 0, None)
+
+
+def test_version_clock_measures_lag_in_steps():
+    clock = st.VersionClock()
+    # Two optimizer steps per version: version 1 after step 1, version 2 after step 3.
+    clock.publish(1, 2)
+    clock.publish(2, 4)
+    assert clock.lag_steps(4, 2) == 0
+    assert clock.lag_steps(5, 1) == 3
+    restored = st.VersionClock()
+    restored.load_state_dict(clock.state_dict())
+    assert restored.lag_steps(5, 1) == 3
