@@ -14,13 +14,12 @@ from typing import Annotated
 
 import typer
 
+from fasync.exit_codes import ExitCode
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Launcher and linter for sync, async and fully-async RL post-training.")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect resolved configs.")
 app.add_typer(config_app, name="config")
-
-EXIT_USAGE = 2
-
 
 class CheckFormat(str, Enum):
     text = "text"
@@ -53,7 +52,7 @@ def _codes(text: str | None) -> list[str] | None:
 
 def _fail(message: str) -> None:
     typer.echo(message, err=True)
-    raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(ExitCode.USAGE)
 
 
 def _use_color() -> bool:
@@ -125,7 +124,7 @@ def config_show(
     result = load_config(files[0], overrides)
     if result.config is None:
         typer.echo(render(result.diagnostics, "text", files=1, color=_use_color()), err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(ExitCode.USAGE)
     typer.echo(show(result, format.value))
 
 

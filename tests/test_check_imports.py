@@ -28,3 +28,25 @@ def imported_modules(*args: str) -> set[str]:
 ], ids=lambda a: " ".join(a[:2]))
 def test_no_heavy_imports(args):
     assert imported_modules(*args) & HEAVY == set()
+
+
+def fasync_imports(package: Path) -> set[str]:
+    """The fasync modules that the files under `package` import (at any depth, deferred imports included)."""
+    import ast
+
+    names = set()
+    for file in [package] if package.is_file() else package.rglob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fasync"):
+                names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names if alias.name.startswith("fasync"))
+    return names
+
+
+def test_layers():
+    """The diagnostics and exit codes are leaves; config (the loader) never reaches up into lint."""
+    root = Path(__file__).resolve().parent.parent / "fasync"
+    assert fasync_imports(root / "diagnostics") == set()
+    assert fasync_imports(root / "exit_codes.py") == set()
+    assert {name for name in fasync_imports(root / "config") if name.startswith("fasync.lint")} == set()

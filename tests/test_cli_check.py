@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from fasync.cli import app
 from fasync.config.loader import load_config
-from fasync.lint.diagnostic import Location, Severity
+from fasync.diagnostics import Code, Location, Severity
 from fasync.lint.engine import lint, matches, rules
-from fasync.lint.registry import RULES, Finding, Rule
+from fasync.lint.registry import RULES, Finding
 
 runner = CliRunner()
 
@@ -55,7 +55,7 @@ PROBES = [("ZW901", "probe-big-batch", Severity.WARNING, _big_batch),
 def probes():
     rules()  # register the real families first, so that removing the probes leaves them intact
     for code, name, severity, check in PROBES:
-        RULES[code] = Rule(code, name, severity, f"{name} summary", "what", "why", "bad: 1", "good: 1", check)
+        RULES[code] = Code(code, name, severity, f"{name} summary", "what", "why", check)
     yield
     for code, *_ in PROBES:
         RULES.pop(code)
@@ -212,3 +212,12 @@ def test_editors_accept_valid_configs_and_flag_unknown_keys():
     assert list(validator.iter_errors({"correction": {"reject_token_ratio": [0.5, 2.0]}})) == []
     assert [e.validator for e in validator.iter_errors({"train": {"global_batchsize": 1}})] == ["additionalProperties"]
     assert list(validator.iter_errors({"correction": {"reject_token_ratio": [0.5, 2.0, 3.0]}}))
+
+
+def test_config_show_states_the_worst_lag_in_optimizer_steps():
+    config = Path(__file__).resolve().parent.parent / "configs" / "diagnostic-multi-step-staleness.yaml"
+    text = runner.invoke(app, ["config", "show", str(config)]).stdout
+    assert [line.split(None, 1)[1] for line in text.splitlines() if line.startswith("max_lag ")] == [
+        "11 optimizer steps (2.75 versions)"]
+    data = json.loads(runner.invoke(app, ["config", "show", str(config), "--format", "json"]).stdout)
+    assert data["derived"]["max_lag"] == {"steps": 11, "versions": 2.75, "steps_per_version": 4}

@@ -2,7 +2,7 @@
 
 import json
 
-from fasync.lint.diagnostic import Diagnostic, Location, Severity
+from fasync.diagnostics import Diagnostic, Location, Severity
 from fasync.lint.formats import JSON_FIELDS, render, summary_line
 
 DIAGNOSTICS = [

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from fasync.config.foreign_keys import FOREIGN_KEYS
 from fasync.config.loader import load_config
 from fasync.config.provenance import format_key, parse_key
-from fasync.lint.diagnostic import Location
-from fasync.lint.migration import FOREIGN_KEYS
+from fasync.diagnostics import Location
 
 HERE = Path(__file__).parent / "configs" / "loader"
 

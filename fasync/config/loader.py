@@ -22,7 +22,7 @@ from fasync.config.provenance import CLI_FILE, KeyPath, Provenance, format_key
 from fasync.config.schema import FasyncConfig
 from fasync.config.schema_errors import validate
 from fasync.config.yaml_source import Layer, read_layer
-from fasync.lint.diagnostic import Diagnostic, Location, Severity
+from fasync.diagnostics import Diagnostic, Location, Severity
 
 
 @dataclass

@@ -1,26 +1,12 @@
 """The `F` codes: problems found while loading a config, before any lint rule runs.
 
-They are documented next to the lint rules (`fasync rule F003`, docs/rules.md), with the
-same fields as a `Rule` minus the check, so that both catalogues render the same way.
+They are catalogue entries like the lint rules (`fasync rule F003`, docs/rules.md), without a check: the
+loader reports them itself.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fasync.lint.diagnostic import Diagnostic, Location, Severity
-
-
-@dataclass(frozen=True)
-class Problem:
-    code: str
-    name: str
-    severity: Severity
-    summary: str
-    what: str
-    why: str
-    bad_example: str
-    good_example: str
+from fasync.diagnostics import Code, Diagnostic, Location, Severity
 
 
 def report(code: str, message: str, location: Location | None, help: str | None = None,
@@ -29,8 +15,8 @@ def report(code: str, message: str, location: Location | None, help: str | None 
     return Diagnostic(code, PROBLEMS[code].severity, message, key, location, help)
 
 
-def _problem(code: str, name: str, summary: str, *, what: str, why: str, bad: str, good: str) -> Problem:
-    return Problem(code, name, Severity.ERROR, summary, what, why, bad, good)
+def _problem(code: str, name: str, summary: str, *, what: str, why: str) -> Code:
+    return Code(code, name, Severity.ERROR, summary, what, why)
 
 
 INTERNAL_ERROR = "F000"
@@ -46,7 +32,7 @@ NOT_A_MAPPING = "F009"
 INVALID_EXTENDS = "F010"
 INVALID_OVERRIDE = "F011"
 
-PROBLEMS: dict[str, Problem] = {
+PROBLEMS: dict[str, Code] = {
     p.code: p
     for p in (
         _problem(
@@ -54,63 +40,47 @@ PROBLEMS: dict[str, Problem] = {
             what="Reports a lint rule that raised an exception instead of returning findings. "
             "The other rules still run.",
             why="It is a bug in fasync, not in the config: please report it with the config that triggers it.",
-            bad="# any config that makes a rule raise",
-            good="# the same config once the rule is fixed",
         ),
         _problem(
             FILE_NOT_FOUND, "file-not-found", "A config file or an `extends` base cannot be read.",
             what="Reports a path given on the command line or named by `extends:` that does not exist, "
             "is a directory or cannot be read. `extends` paths are relative to the file that names them.",
             why="A missing base silently changes every value it would have set.",
-            bad="extends: base.yml   # the file is called base.yaml",
-            good="extends: base.yaml",
         ),
         _problem(
             YAML_SYNTAX, "yaml-syntax", "The file is not valid YAML, or uses YAML a config cannot hold.",
             what="Reports a YAML syntax error, and YAML constructs a config cannot represent: several documents "
             "in one file, a recursive alias, a mapping used as a key, an unknown tag.",
             why="Nothing after the error can be read reliably, so the config is not loaded.",
-            bad="train:\n  lr: [1e-3\n",
-            good="train:\n  lr: 1.0e-3\n",
         ),
         _problem(
             DUPLICATE_KEY, "duplicate-key", "The same key appears twice in one mapping.",
             what="Reports the second occurrence of a key in the same mapping of the same file.",
             why="YAML parsers silently keep the last value, so the first one, often the one you edited, "
             "has no effect.",
-            bad="train:\n  lr: 1.0e-3\n  micro_batch_size: 64\n  lr: 3.0e-3\n",
-            good="train:\n  lr: 3.0e-3\n  micro_batch_size: 64\n",
         ),
         _problem(
             EXTENDS_CYCLE, "extends-cycle", "Config files extend each other in a loop.",
             what="Reports an `extends:` entry that leads back to a file already being loaded.",
             why="A cycle has no first layer, so the merge order is undefined.",
-            bad="# a.yaml\nextends: b.yaml\n# b.yaml\nextends: a.yaml\n",
-            good="# a.yaml\nextends: base.yaml\n# b.yaml\nextends: base.yaml\n",
         ),
         _problem(
             BAD_INTERPOLATION, "bad-interpolation", "A `${...}` interpolation cannot be resolved.",
             what="Reports an interpolation that names a missing key, an unset environment variable without a "
             "default (`${oc.env:VAR,default}`), an interpolation cycle or malformed `${...}` syntax.",
             why="The value the run would use is unknown; the key falls back to its default until it is fixed.",
-            bad="rollout:\n  max_new_tokens: ${model.max_new_tokens}\n",
-            good="rollout:\n  max_new_tokens: ${oc.env:MAX_NEW_TOKENS,16}\n",
         ),
         _problem(
             UNKNOWN_KEY, "unknown-key", "A key that no section of the schema has.",
             what="Reports a key the schema does not define at that place, with the closest valid key "
             "(`did you mean`) or the section where a key of that name lives.",
             why="A misspelt key is otherwise silently ignored and the run uses the default.",
-            bad="train:\n  global_batchsize: 128\n",
-            good="train:\n  global_batch_size: 128\n",
         ),
         _problem(
             INVALID_VALUE, "invalid-value", "A value of the wrong type or outside its allowed range.",
             what="Reports every value the schema rejects: a string where a number is expected, a number below "
             "its minimum, a choice that is not one of the allowed ones, inconsistent bounds.",
             why="The trainer would fail at start-up, or worse, misread the value.",
-            bad="rollout:\n  n_samples_per_prompt: eight\n  top_p: 1.5\n",
-            good="rollout:\n  n_samples_per_prompt: 8\n  top_p: 1.0\n",
         ),
         _problem(
             FOREIGN_KEY, "foreign-key", "A key from verl, slime, miles, AReaL, OpenRLHF or TRL.",
@@ -120,30 +90,22 @@ PROBLEMS: dict[str, Problem] = {
             why="Same-looking knobs often count different things: verl's `ppo_mini_batch_size` counts prompts, "
             "fasync's `train.global_batch_size` counts samples; verl's `staleness_threshold` is a fraction of a "
             "batch, fasync's `async.max_weight_staleness` counts weight versions.",
-            bad="actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 32\n  rollout:\n    n: 8\n",
-            good="rollout:\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 256   # 32 prompts x 8\n",
         ),
         _problem(
             NOT_A_MAPPING, "not-a-mapping", "The file's top level is not a mapping of keys.",
             what="Reports a config file whose document is a list or a scalar instead of `key: value` pairs.",
             why="Only a mapping can be merged with other layers and validated.",
-            bad="- mode: sync\n",
-            good="mode: sync\n",
         ),
         _problem(
             INVALID_EXTENDS, "invalid-extends", "`extends` is not a path or a list of paths.",
             what="Reports an `extends:` value that is not a string or a list of strings.",
             why="fasync cannot tell which base files to load.",
-            bad="extends:\n  base: quickstart.yaml\n",
-            good="extends: [quickstart.yaml, gpu.yaml]\n",
         ),
         _problem(
             INVALID_OVERRIDE, "invalid-override", "A command-line override is not `dotted.key=value`.",
             what="Reports an override whose key is empty or has an empty segment, or whose value is not valid "
             "YAML. Overrides are reported at `<cli>`, line N being the N-th override.",
             why="The override cannot be applied, so the run would not be the one asked for.",
-            bad="fasync check run.yaml train..lr=1e-3 'rollout.top_p=[0.9'",
-            good="fasync check run.yaml train.lr=1e-3 rollout.top_p=0.9",
         ),
     )
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from fasync.lint.diagnostic import Location
+from fasync.diagnostics import Location
 
 KeyPath = tuple[str | int, ...]
 CLI_FILE = "<cli>"

@@ -10,11 +10,11 @@ from pydantic import ValidationError
 
 from fasync.config import problems
 from fasync.config.fields import default_value, field_at, iter_fields, section_fields, show_value
+from fasync.config.foreign_keys import describe, migration_for, normalize
 from fasync.config.problems import report
 from fasync.config.provenance import KeyPath, Provenance, format_key
 from fasync.config.schema import FasyncConfig
-from fasync.lint.diagnostic import Diagnostic
-from fasync.lint.migration import describe, migration_for, normalize
+from fasync.diagnostics import Diagnostic
 
 _FIELD_NAMES = {path[-1] for path, _ in iter_fields()}
 

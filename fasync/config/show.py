@@ -26,7 +26,12 @@ def resolved(result: LoadResult) -> dict:
     for path, _ in _leaves(config):
         setter = result.provenance.setter(path)
         origins[format_key(path)] = f"{setter.file}:{setter.line}" if setter else "default"
-    return {"config": config, "origins": origins, "derived": derive(result.config).as_dict()}
+    derived = derive(result.config)
+    lag = derived.max_lag
+    # The lag is counted in optimizer steps; versions are the same figure in the unit the bound is written in.
+    return {"config": config, "origins": origins,
+            "derived": {**derived.as_dict(), "max_lag": {"steps": lag.steps, "versions": lag.versions,
+                                                         "steps_per_version": lag.steps_per_version}}}
 
 
 def show(result: LoadResult, fmt: str = "text") -> str:
@@ -41,7 +46,9 @@ def show(result: LoadResult, fmt: str = "text") -> str:
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip()
     rows = [(key, show_value(value), data["origins"][key]) for key, value in
             ((format_key(p), v) for p, v in _leaves(data["config"]))]
-    derived = [(name, show_value(value), "") for name, value in data["derived"].items()]
+    lag_text = derive(result.config).max_lag.describe()
+    derived = [(name, lag_text if name == "max_lag" else show_value(value), "")
+               for name, value in data["derived"].items()]
     key_width = max(len(r[0]) for r in rows + derived)
     value_width = max(len(r[1]) for r in rows + derived)
 

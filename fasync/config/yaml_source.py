@@ -16,7 +16,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from fasync.config import problems
 from fasync.config.problems import report
 from fasync.config.provenance import KeyPath, format_key
-from fasync.lint.diagnostic import Diagnostic, Location
+from fasync.diagnostics import Diagnostic, Location
 
 # Alias expansion can grow a small file exponentially ("billion laughs"); no config needs this many nodes.
 MAX_NODES = 20_000

@@ -13,9 +13,8 @@ import yaml
 
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
-from fasync.lint.diagnostic import Severity
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from fasync.diagnostics import Severity
+from fasync.exit_codes import ExitCode
 
 
 def _echo(text: str = "") -> None:
@@ -33,10 +32,10 @@ def _check(path: str, overrides: Sequence[str]):
     if diagnostics:
         _echo(render(diagnostics, "text", summary=False))
     if loaded.config is None:
-        return None, None, EXIT_USAGE
+        return None, None, ExitCode.USAGE
     if any(d.severity is Severity.ERROR for d in diagnostics):
         _echo("fasync train: the config has errors; nothing was started.")
-        return None, None, EXIT_FAILED
+        return None, None, ExitCode.FAILED
     return loaded.config, loaded.raw, None
 
 
@@ -140,7 +139,7 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
     plan = plan_resources(cfg)
     if dry_run:
         _echo(plan.describe())
-        return EXIT_OK
+        return ExitCode.OK
 
     from fasync.errors import ConfigurationError
 
@@ -150,7 +149,7 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
         factory = build_factory(cfg)
     except ConfigurationError as error:
         _echo(f"fasync train: {error}")
-        return EXIT_FAILED
+        return ExitCode.FAILED
 
     directory = _run_dir(cfg, config_path, run_dir)
     (directory / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
@@ -169,7 +168,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     owns_ray = _start_ray(cfg, plan)
     run = None
-    outcome, code = "finished", EXIT_OK
+    outcome, code = "finished", ExitCode.OK
     try:
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})") as progress:
@@ -178,10 +177,10 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
             if cfg.checkpoint.save_final:
                 run.trainer.save(str(directory / "final.pt"))
     except KeyboardInterrupt:
-        outcome, code = "interrupted", EXIT_INTERRUPTED
+        outcome, code = "interrupted", ExitCode.INTERRUPTED
         _echo("fasync train: interrupted, stopping all actors")
     except Exception as error:  # noqa: BLE001 - any actor failure ends the run with its message
-        outcome, code = "failed", EXIT_FAILED
+        outcome, code = "failed", ExitCode.FAILED
         _echo(f"fasync train: the run failed: {type(error).__name__}: {error}")
     finally:
         if run is not None:

@@ -14,20 +14,19 @@ from pathlib import Path
 
 from fasync.config.derived import derive
 from fasync.config.loader import LoadResult, load_config
-from fasync.config.problems import INTERNAL_ERROR, PROBLEMS, Problem, report
-from fasync.lint.diagnostic import Diagnostic, Severity
-from fasync.lint.registry import RULES, Rule
+from fasync.config.problems import INTERNAL_ERROR, PROBLEMS, report
+from fasync.diagnostics import Code, Diagnostic, Severity
+from fasync.exit_codes import ExitCode
+from fasync.lint.registry import RULES
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNLOADABLE = 0, 1, 2
 
-
-def rules() -> dict[str, Rule]:
+def rules() -> dict[str, Code]:
     """The registered lint rules (importing the rule modules registers them)."""
     importlib.import_module("fasync.lint.rules")
     return RULES
 
 
-def catalogue() -> dict[str, Rule | Problem]:
+def catalogue() -> dict[str, Code]:
     """Load problems and lint rules, by code."""
     return dict(sorted({**PROBLEMS, **rules()}.items()))
 
@@ -87,11 +86,11 @@ def check_files(files: Sequence[str | Path], overrides: Sequence[str] = (), sele
     return CheckRun(diagnostics, len(files), unloadable)
 
 
-def exit_code(run: CheckRun, strict: bool = False, exit_zero: bool = False) -> int:
+def exit_code(run: CheckRun, strict: bool = False, exit_zero: bool = False) -> ExitCode:
     """2 when a config could not be loaded; else 1 for errors (and warnings under strict) unless exit_zero."""
     if run.unloadable:
-        return EXIT_UNLOADABLE
+        return ExitCode.USAGE
     failing = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}
     if exit_zero or not any(d.severity in failing for d in run.diagnostics):
-        return EXIT_CLEAN
-    return EXIT_FINDINGS
+        return ExitCode.OK
+    return ExitCode.FAILED

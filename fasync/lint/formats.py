@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from fasync import __version__
 from fasync.config.provenance import CLI_FILE
-from fasync.lint.diagnostic import Diagnostic, Severity
+from fasync.diagnostics import Diagnostic, Severity
 
 FORMATS = ("text", "concise", "json", "github", "sarif")
 INFORMATION_URI = "https://github.com/fasync/fasync"

@@ -1,18 +1,19 @@
 """The rule registry: every lint rule registers itself here with its documentation.
 
-A rule is a function of the validated config and its derived quantities that
-yields findings; the linter turns findings into located diagnostics. Rule
-modules (one family each) are imported by `fasync.lint.rules`.
+A rule is a function of the validated config and its derived quantities that yields findings; the linter
+turns findings into located diagnostics. Rule modules (one family each) are imported by `fasync.lint.rules`.
+A new rule needs its function, its `@rule(...)` entry and two examples in fasync/diagnostics/examples.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Optional
 
 from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Code, Severity
 
 
 @dataclass(frozen=True)
@@ -25,31 +26,14 @@ class Finding:
 
 Check = Callable[[FasyncConfig, Derived], Iterable[Finding]]
 
-
-@dataclass(frozen=True)
-class Rule:
-    code: str
-    name: str
-    severity: Severity
-    summary: str
-    what: str
-    why: str
-    bad_example: str
-    """A config fragment that triggers the rule."""
-    good_example: str
-    """The same fragment, fixed."""
-    check: Check
+RULES: dict[str, Code] = {}
 
 
-RULES: dict[str, Rule] = {}
-
-
-def rule(code: str, name: str, severity: Severity, *, summary: str, what: str, why: str,
-         bad_example: str, good_example: str) -> Callable[[Check], Check]:
+def rule(code: str, name: str, severity: Severity, *, summary: str, what: str, why: str) -> Callable[[Check], Check]:
     def register(check: Check) -> Check:
         if code in RULES:
             raise ValueError(f"duplicate rule code {code}")
-        RULES[code] = Rule(code, name, severity, summary, what, why, bad_example, good_example, check)
+        RULES[code] = Code(code, name, severity, summary, what, why, check)
         return check
 
     return register

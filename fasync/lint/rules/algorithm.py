@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 
 
@@ -14,9 +14,6 @@ from fasync.lint.registry import Finding, rule
     "sample is its own mean, so every advantage is exactly 0 and the policy-gradient term of the loss is zero "
     "at every step: the run spends its compute and learns nothing (only the KL and entropy terms, if any, "
     "move the weights).",
-    bad_example="rollout:\n  n_samples_per_prompt: 1\ntrain:\n  advantage_estimator: grpo\n  global_batch_size: 32\n"
-    "  micro_batch_size: 32\n",
-    good_example="rollout:\n  n_samples_per_prompt: 8\ntrain:\n  advantage_estimator: grpo\n",
 )
 def grpo_single_sample(cfg, derived):
     if cfg.train.advantage_estimator == "grpo" and cfg.rollout.n_samples_per_prompt == 1:
@@ -37,8 +34,6 @@ def grpo_single_sample(cfg, derived):
     "reward, and their group-relative advantages are all 0. Nothing is learned, and with "
     "`rollout.dynamic_sampling` every group is dropped as well (G001). Policy-gradient methods need samples "
     "from the policy's own distribution.",
-    bad_example="rollout:\n  temperature: 0.0\ntrain:\n  advantage_estimator: grpo\n",
-    good_example="rollout:\n  temperature: 1.0\ntrain:\n  advantage_estimator: grpo\n",
 )
 def greedy_grpo(cfg, derived):
     n = cfg.rollout.n_samples_per_prompt
@@ -59,8 +54,6 @@ def greedy_grpo(cfg, derived):
     "a negative advantage can be pushed towards probability 0 without limit in one step. Clip-higher (DAPO) "
     "widens the upper bound, `train.clip_eps_high`, and keeps the lower one; a value of 1 or more here is "
     "usually that intent applied to the wrong side.",
-    bad_example="train:\n  clip_eps_low: 1.0\n  clip_eps_high: 0.28\n",
-    good_example="train:\n  clip_eps_low: 0.2\n  clip_eps_high: 0.28\n",
 )
 def clip_low_disabled(cfg, derived):
     low = cfg.train.clip_eps_low

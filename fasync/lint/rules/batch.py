@@ -7,7 +7,7 @@ effective_global_batch_size samples; the rest is trimmed.
 
 from __future__ import annotations
 
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 from fasync.lint.rules.facts import plural, unit
 
@@ -34,10 +34,6 @@ def _fixed_global_batch(cfg) -> bool:
     "was sized for, every rank waits at the gradient all-reduce for the one with the largest share, and a "
     "rank with no sample contributes only zeros. The same checks are hard errors in verl "
     "(ppo_mini_batch_size against ppo_micro_batch_size_per_gpu and the world size).",
-    bad_example="rollout:\n  batch_size: 24\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 96\n"
-    "  micro_batch_size: 64\n",
-    good_example="rollout:\n  batch_size: 24\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 96\n"
-    "  micro_batch_size: 32\n",
 )
 def micro_batch_split(cfg, derived):
     batch = derived.effective_global_batch_size
@@ -79,10 +75,6 @@ def micro_batch_split(cfg, derived):
     "global_batch_size)), so it silently runs fewer optimizer steps than configured, while every derived "
     "quantity (`fasync config show`, the worst policy lag, the staleness warning S001) is computed from the "
     "configured number.",
-    bad_example="rollout:\n  batch_size: 32\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 128\n"
-    "  micro_batch_size: 64\n  num_steps_per_rollout: 4\n",
-    good_example="rollout:\n  batch_size: 32\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 128\n"
-    "  micro_batch_size: 64\n  num_steps_per_rollout: 2\n",
 )
 def steps_overfill_rollout(cfg, derived):
     steps, batch = cfg.train.num_steps_per_rollout, cfg.train.global_batch_size
@@ -111,8 +103,6 @@ def steps_overfill_rollout(cfg, derived):
     "lag figures use, while the trainer, rather than train on nothing, makes the short rollout one smaller "
     "step: the configured global batch size is never the one that runs, nor is the learning rate tuned for "
     "it. verl rejects the same geometry (train_batch_size below ppo_mini_batch_size).",
-    bad_example="rollout:\n  batch_size: 8\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 256\n",
-    good_example="rollout:\n  batch_size: 32\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 256\n",
 )
 def rollout_below_global_batch(cfg, derived):
     batch, samples = cfg.train.global_batch_size, derived.samples_per_rollout
@@ -136,10 +126,6 @@ def rollout_below_global_batch(cfg, derived):
     why="Generation is most of the cost of a step of RL training, and trimmed samples were paid for in full; "
     "they are counted as dropped (`trimmed`) in the sample ledger. Which samples are trimmed is random (after "
     "shuffling), so some prompt groups are trained on only in part.",
-    bad_example="rollout:\n  batch_size: 32\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 192\n"
-    "  micro_batch_size: 64\n",
-    good_example="rollout:\n  batch_size: 32\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 128\n"
-    "  micro_batch_size: 64\n",
 )
 def samples_trimmed(cfg, derived):
     trimmed, samples = derived.trimmed_samples_per_rollout, derived.samples_per_rollout
@@ -173,8 +159,6 @@ def samples_trimmed(cfg, derived):
     "variance are dropped. A refill round smaller than the batch under-samples: more rounds, each a full "
     "generation pass with its slowest completion in the tail, and a short batch when the rounds run out. "
     "slime documents its flag of the same name as larger than rollout_batch_size.",
-    bad_example="rollout:\n  batch_size: 32\n  dynamic_sampling: true\n  over_sampling_batch_size: 16\n",
-    good_example="rollout:\n  batch_size: 32\n  dynamic_sampling: true\n  over_sampling_batch_size: 48\n",
 )
 def over_sampling_below_batch(cfg, derived):
     over, batch = cfg.rollout.over_sampling_batch_size, cfg.rollout.batch_size
@@ -195,8 +179,6 @@ def over_sampling_below_batch(cfg, derived):
     why="The dynamic global batch resizes the step to the whole rollout, so every rollout is exactly one "
     "optimizer step and the configured number of steps is ignored: the config says two different things and "
     "the trainer follows only one of them.",
-    bad_example="train:\n  use_dynamic_global_batch_size: true\n  num_steps_per_rollout: 4\n",
-    good_example="train:\n  use_dynamic_global_batch_size: true\n",
 )
 def dynamic_batch_overrides_steps(cfg, derived):
     steps = cfg.train.num_steps_per_rollout

@@ -12,7 +12,7 @@ Rejection masks apply with every anchor.
 
 from __future__ import annotations
 
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 from fasync.lint.rules.facts import (
     ASYNC_MODES,
@@ -20,6 +20,7 @@ from fasync.lint.rules.facts import (
     TRAINER_LOGPROB_TRANSFORMS,
     active_transforms,
     uncorrected_partial_rollout,
+    worst_lag,
 )
 
 _TRANSFORMS = {
@@ -55,8 +56,6 @@ def _behaviour_logprob_uses(cfg, derived) -> list[str]:
     "sampled token's ratio is off by the nucleus mass even when the weights are identical: the weights are "
     "biased, the rejection masks reject fresh tokens, and the clipped ratio starts away from 1. This "
     "training/inference mismatch is a known source of trouble in verl, TRL and vLLM-based trainers.",
-    bad_example="rollout:\n  top_p: 0.9\ncorrection:\n  level: token\n",
-    good_example="rollout:\n  top_p: 1.0\ncorrection:\n  level: token\n",
 )
 def logprob_transform_mismatch(cfg, derived):
     uses = _behaviour_logprob_uses(cfg, derived)
@@ -96,8 +95,6 @@ def _interval_problem(low: float, high: float) -> str | None:
     "tokens that most deserve training, keeps only the most off-policy ones, and masks everything when the "
     "data is fresh; the trainer skips each step in which every token is masked (`is/all_rejected`), so the "
     "run stops learning. (The weight bounds `weight_lower`/`weight_upper` truncate rather than reject: C005.)",
-    bad_example="correction:\n  reject_token_ratio: [1.2, 3.0]\n",
-    good_example="correction:\n  reject_token_ratio: [0.5, 2.0]\n",
 )
 def rejection_excludes_one(cfg, derived):
     for name, unit in (("reject_token_ratio", "token"), ("reject_sequence_ratio", "sequence")):
@@ -121,8 +118,6 @@ def rejection_excludes_one(cfg, derived):
     "does not apply the weights a second time: only the rejection masks and the `is/` diagnostics use the "
     "correction settings. The config reads as if weights were applied; they are not, and `weight_upper`, "
     "`weight_lower` and `batch_normalize` do nothing.",
-    bad_example="correction:\n  ratio_anchor: behaviour\n  level: token\n",
-    good_example="correction:\n  ratio_anchor: proximal\n  level: token\n",
 )
 def level_ignored_by_behaviour_anchor(cfg, derived):
     level = cfg.correction.level
@@ -139,8 +134,8 @@ def level_ignored_by_behaviour_anchor(cfg, derived):
 @rule(
     "C004", "uncorrected-staleness", Severity.WARNING,
     summary="Stale samples are trained on with no importance weight.",
-    what="Reports `correction.level: none` when the data can be off-policy (worst policy lag above 0 or "
-    "unbounded) and the PPO ratio is anchored at a trainer-side policy: `proximal` (decoupled PPO, the "
+    what="Reports `correction.level: none` when the data can be off-policy (a worst policy lag above 0 "
+    "optimizer steps, or unbounded) and the PPO ratio is anchored at a trainer-side policy: `proximal` (decoupled PPO, the "
     "async modes' default), or `recompute` in async and fully_async. fully_async partial rollouts are "
     "reported by S005 instead.",
     why="Decoupled PPO clips the ratio around the proximal policy and relies on the weight π_prox/π_behav "
@@ -148,8 +143,6 @@ def level_ignored_by_behaviour_anchor(cfg, derived):
     "Without it (and likewise with a recomputed anchor in an async mode) nothing in the loss accounts for "
     "the samples having come from older weights: they are trained on as if the current policy had sampled "
     "them, and the staleness the bound allows goes uncorrected.",
-    bad_example="mode: async\nasync:\n  max_weight_staleness: 1\ncorrection:\n  level: none\n",
-    good_example="mode: async\nasync:\n  max_weight_staleness: 1\ncorrection:\n  level: token\n",
 )
 def uncorrected_staleness(cfg, derived):
     anchor, lag = derived.ratio_anchor, derived.max_lag.steps
@@ -158,11 +151,11 @@ def uncorrected_staleness(cfg, derived):
         return
     anchored, policy = {"proximal": ("the proximal policy (decoupled PPO)", "π_prox"),
                         "recompute": ("the policy recomputed at the start of each rollout", "π_old")}[anchor]
-    age = "of unbounded staleness" if lag is None else f"sampled up to {derived.max_lag.describe()} before the step that trains on them (worst policy lag)"
+    age = "unbounded staleness" if lag is None else f"a worst policy lag of {worst_lag(cfg, derived)}"
     yield Finding(
         "correction.level",
         f"the PPO ratio is anchored at {anchored} but `correction.level` is none, so no {policy}/π_behav weight "
-        f"applies: samples {age} are trained on as if the current policy had sampled them",
+        f"applies: samples are trained on as if the current policy had sampled them, with {age}",
         "set `correction.level: token` (truncated at `correction.weight_upper`), or `correction.ratio_anchor: "
         "behaviour` to take the PPO ratio against the rollout logprobs",
     )
@@ -177,8 +170,6 @@ def uncorrected_staleness(cfg, derived):
     "weight 1; bounds that exclude 1 move every fresh token's weight to the bound, and equal bounds make "
     "every weight the same constant. Either way the weights stop telling tokens apart: the result is a "
     "rescaled learning rate plus a bias, not an off-policy correction.",
-    bad_example="correction:\n  level: token\n  weight_upper: 0.8\n",
-    good_example="correction:\n  level: token\n  weight_upper: 2.0\n",
 )
 def truncation_excludes_one(cfg, derived):
     correction = cfg.correction

@@ -72,8 +72,17 @@ def unit(mode: str) -> str:
     return "drain" if mode == "fully_async" else "rollout"
 
 
-def lag_text(derived: Derived) -> str:
-    return derived.max_lag.describe()
+def worst_lag(cfg: FasyncConfig, derived: Derived) -> str:
+    """`Derived.max_lag` (fasync/staleness.py computes it) with its arithmetic where a version spans several
+    steps: "11 optimizer steps (2.75 versions), (staleness 2 + 1) × interval 1 × 4 steps per drain − 1"."""
+    lag, steps = derived.max_lag, derived.num_steps_per_rollout
+    if lag.steps is None or lag.steps_per_version == 1:
+        return lag.describe()
+    per = f"{plural(steps, 'step')} per {unit(cfg.mode)}"
+    if cfg.mode == "sync":
+        return f"{lag.describe()}, {per} − 1"
+    return (f"{lag.describe()}, (staleness {cfg.async_.max_weight_staleness} + 1) × interval "
+            f"{cfg.async_.update_weights_interval} × {per} − 1")
 
 
 def plural(count: int, word: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 from fasync.lint.rules.facts import builtin_task_shape
 
@@ -16,10 +16,6 @@ from fasync.lint.rules.facts import builtin_task_shape
     "from). A group of one sample, or of identical greedy completions, always agrees, so every group is "
     "dropped: in sync and async each rollout runs all `max_sampling_rounds` rounds and trains on nothing, "
     "and in fully_async nothing ever reaches the queue and the trainer waits forever.",
-    bad_example="rollout:\n  n_samples_per_prompt: 1\n  dynamic_sampling: true\ntrain:\n"
-    "  advantage_estimator: reinforce_baseline\n  global_batch_size: 32\n  micro_batch_size: 32\n",
-    good_example="rollout:\n  n_samples_per_prompt: 8\n  dynamic_sampling: true\ntrain:\n"
-    "  advantage_estimator: reinforce_baseline\n",
 )
 def dynamic_sampling_drops_all(cfg, derived):
     rollout = cfg.rollout
@@ -50,8 +46,6 @@ def dynamic_sampling_drops_all(cfg, derived):
     "`train.target_reward` near 1 is never met. A budget of exactly the answer's width is enough (the "
     "completion then ends at the limit, which the built-in rewards accept); a longer one also asks the model to "
     "learn to stop.",
-    bad_example="data:\n  task: reverse\n  length: 6\nrollout:\n  max_new_tokens: 4\n",
-    good_example="data:\n  task: reverse\n  length: 6\nrollout:\n  max_new_tokens: 6\n",
 )
 def completion_budget_below_answer(cfg, derived):
     shape = builtin_task_shape(cfg)

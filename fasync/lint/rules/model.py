@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 from fasync.lint.rules.facts import builtin_task_shape
 
@@ -14,10 +14,6 @@ from fasync.lint.rules.facts import builtin_task_shape
     why="Without `model.path` the policy is the embedded tiny transformer, which exists only as fasync's own "
     "torch module: vLLM loads models from a Hugging Face directory and cannot load it. Every engine actor "
     "fails when it starts, after the cluster and the trainer are up.",
-    bad_example="rollout:\n  engine: vllm\nresources:\n  num_gpus: 2\n  gpus_per_engine: 1\n"
-    "  gpus_per_trainer_rank: 1\n",
-    good_example="model:\n  path: /models/Qwen2.5-0.5B-Instruct\nrollout:\n  engine: vllm\nresources:\n"
-    "  num_gpus: 2\n  gpus_per_engine: 1\n  gpus_per_trainer_rank: 1\n",
 )
 def vllm_needs_model_path(cfg, derived):
     if cfg.rollout.engine == "vllm" and cfg.model.path is None:
@@ -36,8 +32,6 @@ def vllm_needs_model_path(cfg, derived):
     "`model.n_heads`.",
     why="Each attention head gets d_model / n_heads dimensions, so the width must divide evenly; the model "
     "refuses to build, which happens only once the trainer and engine actors start.",
-    bad_example="model:\n  d_model: 64\n  n_heads: 6\n",
-    good_example="model:\n  d_model: 64\n  n_heads: 4\n",
 )
 def heads_do_not_divide_width(cfg, derived):
     model = cfg.model
@@ -63,8 +57,6 @@ def _context_text(shape, cfg) -> str:
     why="The engines stop generating when the context is full, so no completion can contain a whole answer "
     "(and a prompt longer than the context leaves no room at all): rewards stay at their floor and nothing "
     "is learned.",
-    bad_example="model:\n  max_seq_len: 16\ndata:\n  task: add\n  length: 6\nrollout:\n  max_new_tokens: 8\n",
-    good_example="model:\n  max_seq_len: 32\ndata:\n  task: add\n  length: 6\nrollout:\n  max_new_tokens: 8\n",
 )
 def answer_exceeds_context(cfg, derived):
     shape = builtin_task_shape(cfg)
@@ -88,8 +80,6 @@ def answer_exceeds_context(cfg, derived):
     why="The engines silently shorten each completion to what the context has left, so `max_new_tokens` is "
     "not the budget in effect, and completions that would have ended with the end-of-sequence token end "
     "at the limit instead (finish reason `length`).",
-    bad_example="model:\n  max_seq_len: 16\ndata:\n  task: reverse\n  length: 6\nrollout:\n  max_new_tokens: 12\n",
-    good_example="model:\n  max_seq_len: 16\ndata:\n  task: reverse\n  length: 6\nrollout:\n  max_new_tokens: 8\n",
 )
 def completion_budget_cut(cfg, derived):
     shape = builtin_task_shape(cfg)

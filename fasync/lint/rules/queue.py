@@ -8,7 +8,7 @@ groups while the queue (plus the groups in flight) has room and the engines gene
 from __future__ import annotations
 
 from fasync.config.derived import derive
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 
 
@@ -20,10 +20,6 @@ from fasync.lint.registry import Finding, rule
     "groups once the queue (with the groups in flight) is full. A queue smaller than one drain is full "
     "before the trainer can take anything: the trainer waits for groups the rollouter will never produce, "
     "and the run hangs without an error.",
-    bad_example="mode: fully_async\nrollout:\n  batch_size: 32\nasync:\n  max_queue_size: 16\n"
-    "correction:\n  level: token\n",
-    good_example="mode: fully_async\nrollout:\n  batch_size: 32\nasync:\n  max_queue_size: 64\n"
-    "correction:\n  level: token\n",
 )
 def queue_below_drain(cfg, derived):
     queue, batch = derived.max_queue_size, cfg.rollout.batch_size
@@ -47,10 +43,6 @@ def queue_below_drain(cfg, derived):
     "because their advantages are computed together) and only while fewer than `max_concurrent_samples` "
     "samples are generating. A limit below one group admits nothing, so the queue stays empty and the "
     "trainer waits forever.",
-    bad_example="mode: fully_async\nrollout:\n  n_samples_per_prompt: 8\nasync:\n  max_concurrent_samples: 4\n"
-    "correction:\n  level: token\n",
-    good_example="mode: fully_async\nrollout:\n  n_samples_per_prompt: 8\nasync:\n  max_concurrent_samples: 64\n"
-    "correction:\n  level: token\n",
 )
 def concurrency_below_group(cfg, derived):
     limit, group = derived.max_concurrent_samples, cfg.rollout.n_samples_per_prompt

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 from fasync.lint.rules.facts import ASYNC_MODES, plural
 
@@ -17,10 +17,6 @@ from fasync.lint.rules.facts import ASYNC_MODES, plural
     why="Ray places an actor only where its GPUs are free. Actors that can never be placed wait forever "
     "(Ray warns about infeasible resources in its logs, not to the driver), so the run hangs at start-up "
     "instead of failing.",
-    bad_example="resources:\n  num_gpus: 2\n  num_rollout_engines: 2\n  gpus_per_engine: 1\n  trainer_ranks: 1\n"
-    "  gpus_per_trainer_rank: 1\n",
-    good_example="resources:\n  num_gpus: 3\n  num_rollout_engines: 2\n  gpus_per_engine: 1\n  trainer_ranks: 1\n"
-    "  gpus_per_trainer_rank: 1\n",
 )
 def gpus_oversubscribed(cfg, derived):
     res = cfg.resources
@@ -57,8 +53,6 @@ def gpus_oversubscribed(cfg, derived):
     "different devices. Colocated, they share the same GPUs and take turns (or contend for memory and "
     "compute), so the run pays for stale data and off-policy correction without getting the overlap that "
     "justifies them.",
-    bad_example="mode: async\nresources:\n  colocate: true\ncorrection:\n  level: token\n",
-    good_example="mode: async\nresources:\n  colocate: false\ncorrection:\n  level: token\n",
 )
 def colocated_async(cfg, derived):
     if cfg.resources.colocate and cfg.mode in ASYNC_MODES:
@@ -76,10 +70,6 @@ def colocated_async(cfg, derived):
     what="Reports `rollout.engine: vllm` with `resources.gpus_per_engine: 0`.",
     why="vLLM runs on CUDA GPUs. An engine actor that asks Ray for no GPU is given none (Ray hides the "
     "devices from it), so every vLLM engine fails when it starts.",
-    bad_example="model:\n  path: /models/Qwen2.5-0.5B-Instruct\nrollout:\n  engine: vllm\nresources:\n"
-    "  gpus_per_engine: 0\n",
-    good_example="model:\n  path: /models/Qwen2.5-0.5B-Instruct\nrollout:\n  engine: vllm\nresources:\n"
-    "  num_gpus: 1\n  gpus_per_engine: 1\n",
 )
 def vllm_without_gpu(cfg, derived):
     if cfg.rollout.engine == "vllm" and cfg.resources.gpus_per_engine == 0:
@@ -100,10 +90,6 @@ def vllm_without_gpu(cfg, derived):
     why="The sync and async drivers deal whole prompt groups out to the engines, one share per engine. "
     "With more engines than groups the extra engines get nothing, yet each holds its CPUs or GPUs and a copy "
     "of the weights that every sync must update. (fully_async admits groups per engine and is not affected.)",
-    bad_example="rollout:\n  batch_size: 4\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 32\n"
-    "  micro_batch_size: 32\nresources:\n  num_rollout_engines: 8\n",
-    good_example="rollout:\n  batch_size: 4\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 32\n"
-    "  micro_batch_size: 32\nresources:\n  num_rollout_engines: 4\n",
 )
 def idle_engines(cfg, derived):
     rollout, engines = cfg.rollout, cfg.resources.num_rollout_engines

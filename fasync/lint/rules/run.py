@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 from fasync.lint.rules.facts import REWARD_RANGES
 
@@ -24,8 +24,6 @@ def _target_and_range(cfg):
     why="Early stopping compares the running mean reward with the target; a target above the reward's "
     "maximum is never met, so the run always runs all `train.num_rollouts`, which is usually not what a "
     "target was set for (often a reward scale from another framework or a percentage).",
-    bad_example="reward:\n  function: exact_match\ntrain:\n  target_reward: 90\n",
-    good_example="reward:\n  function: exact_match\ntrain:\n  target_reward: 0.9\n",
 )
 def unreachable_target_reward(cfg, derived):
     known = _target_and_range(cfg)
@@ -46,8 +44,6 @@ def unreachable_target_reward(cfg, derived):
     "`reward.function` (0.0 for every built-in reward).",
     why="Any running mean reaches such a target, so the run stops as soon as its first running mean is "
     "taken, after a few rollouts, having learned nothing.",
-    bad_example="reward:\n  function: exact_match\ntrain:\n  target_reward: 0.0\n",
-    good_example="reward:\n  function: exact_match\ntrain:\n  target_reward: 0.9\n",
 )
 def trivial_target_reward(cfg, derived):
     known = _target_and_range(cfg)
@@ -68,8 +64,6 @@ def trivial_target_reward(cfg, derived):
     why="A checkpoint is written every `checkpoint.every` rollouts (fully_async: drains); a period longer "
     "than the run is never reached, and without `save_final` the trained policy is lost when the run ends. "
     "Setting `every` at all says a checkpoint was wanted.",
-    bad_example="train:\n  num_rollouts: 100\ncheckpoint:\n  every: 200\n",
-    good_example="train:\n  num_rollouts: 100\ncheckpoint:\n  every: 50\n",
 )
 def checkpoint_never_saved(cfg, derived):
     every, rollouts = cfg.checkpoint.every, cfg.train.num_rollouts

@@ -2,14 +2,16 @@
 
 A weight version is one weight sync (every `async.update_weights_interval` rollouts or drains); a
 sample's staleness is the trainer's version minus the oldest version that produced any of its
-tokens, and the worst policy lag adds the optimizer steps taken within one rollout or drain.
+tokens. Lags are stated in optimizer steps, from `Derived.max_lag` (fasync/staleness.py): one version
+spans interval × num_steps_per_rollout steps.
 """
 
 from __future__ import annotations
 
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
-from fasync.lint.rules.facts import ASYNC_MODES, lag_text, plural, uncorrected_partial_rollout, unit
+from fasync.lint.rules.facts import ASYNC_MODES, plural, uncorrected_partial_rollout, unit, worst_lag
+from fasync.staleness import max_lag
 
 
 @rule(
@@ -17,20 +19,16 @@ from fasync.lint.rules.facts import ASYNC_MODES, lag_text, plural, uncorrected_p
     summary="Several optimizer steps per rollout under a staleness bound: the lag exceeds the bound.",
     what="Reports, in async and fully_async with `async.max_weight_staleness` set, more than one optimizer "
     "step per rollout (fully_async: per drain), whether `train.num_steps_per_rollout` says so or it is "
-    "derived (samples per rollout // `train.global_batch_size`). The message gives the worst policy lag: "
-    "staleness + steps − 1.",
-    why="The staleness bound holds against the weights of the first optimizer step on a batch (the version "
-    "it is trained at). Every further step on the same batch trains on data one more update older, so the "
-    "last of s steps sees "
-    "a lag of staleness + s − 1, beyond the bound the config states (and beyond what the off-policy "
-    "correction was tuned for). One optimizer step per drain keeps the bound honest. A deliberate choice is "
-    "allowed: this is a warning, never an error.",
-    bad_example="mode: fully_async\nasync:\n  max_weight_staleness: 2\nrollout:\n  batch_size: 32\n"
-    "  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 64\n"
-    "correction:\n  level: token\n",
-    good_example="mode: fully_async\nasync:\n  max_weight_staleness: 2\nrollout:\n  batch_size: 32\n"
-    "  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 256\n  micro_batch_size: 64\n"
-    "correction:\n  level: token\n",
+    "derived (samples per rollout // `train.global_batch_size`). The message gives the worst policy lag in "
+    "optimizer steps, (staleness + 1) × `async.update_weights_interval` × steps − 1, next to the lag one step "
+    "per rollout would give.",
+    why="The staleness bound counts weight versions, and a version lasts as long as the trainer keeps the same "
+    "weights on the engines: with N optimizer steps per rollout it spans N steps (times the sync interval). "
+    "A bound of s versions then lets a trained token be up to (s + 1) × N − 1 optimizer steps older than the "
+    "policy that takes its gradient, instead of s with one step per rollout: with s = 2 and N = 4, 11 steps, "
+    "not 5. The data is that much more off-policy than the bound says, and than the off-policy correction "
+    "was tuned for. One optimizer step per drain keeps the bound honest. A deliberate choice is allowed: this "
+    "is a warning, never an error.",
 )
 def multi_step_staleness(cfg, derived):
     bound, steps = cfg.async_.max_weight_staleness, derived.num_steps_per_rollout
@@ -40,15 +38,16 @@ def multi_step_staleness(cfg, derived):
     explicit = cfg.train.num_steps_per_rollout is not None
     source = ("`train.num_steps_per_rollout`" if explicit else
               f"{derived.samples_per_rollout} samples / global batch {cfg.train.global_batch_size}")
+    one_step = max_lag(cfg.mode, bound, 1, cfg.async_.update_weights_interval)
     fix = (f"set `train.use_dynamic_global_batch_size: true`, or `train.global_batch_size: "
            f"{derived.samples_per_rollout}` (= samples per {per})")
     if explicit:
         fix += " with `train.num_steps_per_rollout: 1`"
     yield Finding(
         "train.num_steps_per_rollout" if explicit else "train.global_batch_size",
-        f"{steps} optimizer steps per {per} ({source}) under `async.max_weight_staleness` {bound}: worst policy "
-        f"lag is {derived.max_lag.describe()} ((staleness {bound} + 1) × interval {cfg.async_.update_weights_interval} × {steps} steps − 1), so the later steps "
-        f"train on data staler than the bound",
+        f"{steps} optimizer steps per {per} ({source}) under `async.max_weight_staleness` {bound}: the worst policy "
+        f"lag is {worst_lag(cfg, derived)}, where one step per {per} would give {one_step.describe()}: the later "
+        "steps train on data staler than the bound says",
         f"{fix}, for one optimizer step per {per}",
     )
 
@@ -61,8 +60,6 @@ def multi_step_staleness(cfg, derived):
     "known: the dynamic global batch only pins `train.num_steps_per_rollout` to 1. Setting "
     "`train.global_batch_size` to the samples per drain says the same thing in the key that "
     "`fasync config show` and the other modes read.",
-    bad_example="mode: fully_async\ntrain:\n  use_dynamic_global_batch_size: true\ncorrection:\n  level: token\n",
-    good_example="mode: fully_async\ntrain:\n  global_batch_size: 256\ncorrection:\n  level: token\n",
 )
 def dynamic_batch_redundant(cfg, derived):
     if cfg.mode == "fully_async" and cfg.train.use_dynamic_global_batch_size:
@@ -84,8 +81,6 @@ def dynamic_batch_redundant(cfg, derived):
     "group is ever dropped as stale: how old a trained sample can be depends only on the queue size, the "
     "concurrency limit and how long generations take, and grows when the trainer is slow. Off-policy "
     "correction degrades as the lag grows, and nothing in the config says how far that is.",
-    bad_example="mode: fully_async\nasync:\n  max_weight_staleness: null\ncorrection:\n  level: token\n",
-    good_example="mode: fully_async\nasync:\n  max_weight_staleness: 2\ncorrection:\n  level: token\n",
 )
 def unbounded_staleness(cfg, derived):
     if cfg.mode == "fully_async" and cfg.async_.max_weight_staleness is None:
@@ -107,8 +102,6 @@ def unbounded_staleness(cfg, derived):
     why="With a bound of 0, a rollout (or a group) may be generated only with the weights it will be trained "
     "at, i.e. after the previous training step's weights were synced: generation and training take turns, "
     "exactly as in sync mode, while paying for the async machinery (threads, the queue, version checks).",
-    bad_example="mode: async\nasync:\n  max_weight_staleness: 0\n",
-    good_example="mode: sync\n",
 )
 def zero_staleness(cfg, derived):
     if cfg.mode in ASYNC_MODES and cfg.async_.max_weight_staleness == 0 and cfg.async_.update_weights_interval == 1:
@@ -131,10 +124,6 @@ def zero_staleness(cfg, derived):
     "one sample holds tokens of several policy versions. Only a per-token importance weight (or a PPO ratio "
     "taken against the rollout logprobs themselves) accounts for which policy sampled which token; without "
     "it the older tokens are trained on as if the current policy had sampled them.",
-    bad_example="mode: fully_async\nasync:\n  partial_rollout: true\ncorrection:\n  ratio_anchor: proximal\n"
-    "  level: none\n",
-    good_example="mode: fully_async\nasync:\n  partial_rollout: true\ncorrection:\n  ratio_anchor: proximal\n"
-    "  level: token\n",
 )
 def partial_rollout_uncorrected(cfg, derived):
     if uncorrected_partial_rollout(cfg, derived):
@@ -162,10 +151,6 @@ def _never_synced(cfg) -> bool:
     "as the run, the push happens after the last one or never, so every sample of the run is generated by "
     "the initial policy: the run is offline training on the initial policy's samples. The staleness metrics "
     "read 0 throughout, because they count weight syncs, and there are none.",
-    bad_example="mode: async\ntrain:\n  num_rollouts: 100\nasync:\n  update_weights_interval: 100\n"
-    "correction:\n  level: token\n",
-    good_example="mode: async\ntrain:\n  num_rollouts: 100\nasync:\n  update_weights_interval: 1\n"
-    "correction:\n  level: token\n",
 )
 def weights_never_synced(cfg, derived):
     if _never_synced(cfg):
@@ -184,27 +169,22 @@ def weights_never_synced(cfg, derived):
     summary="`async.update_weights_interval` > 1: the staleness bound counts syncs, not optimizer steps.",
     what="Reports, in async and fully_async with `async.max_weight_staleness` set, an "
     "`async.update_weights_interval` above 1. The message gives how many optimizer steps one version spans "
-    "and the most optimizer steps a sample within the bound can lag: (staleness + 1) × interval × steps − 1.",
+    "and the worst policy lag in optimizer steps: (staleness + 1) × interval × steps per rollout − 1.",
     why="A weight version advances once per sync. With an interval of k, the trainer takes k × "
-    "num_steps_per_rollout optimizer steps per version, and staleness (like the `staleness_max` and "
-    "`policy_lag_max` metrics) does not see the steps between syncs: even a staleness of 0 is then off-policy "
-    "by up to (k − 1) × steps updates. The bound no longer says how off-policy the data is.",
-    bad_example="mode: async\nasync:\n  max_weight_staleness: 1\n  update_weights_interval: 4\n"
-    "correction:\n  level: token\n",
-    good_example="mode: async\nasync:\n  max_weight_staleness: 1\n  update_weights_interval: 1\n"
-    "correction:\n  level: token\n",
+    "num_steps_per_rollout optimizer steps per version, and staleness (like the `staleness_max` metric) does "
+    "not see the steps between syncs: even a staleness of 0 is then off-policy by up to k × steps − 1 "
+    "updates. The bound no longer says how off-policy the data is.",
 )
 def sync_interval_hides_lag(cfg, derived):
     bound, interval = cfg.async_.max_weight_staleness, cfg.async_.update_weights_interval
     if cfg.mode not in ASYNC_MODES or bound is None or interval == 1 or _never_synced(cfg):
         return
-    per_version = interval * derived.num_steps_per_rollout
+    per_version = derived.max_lag.steps_per_version
     yield Finding(
         "async.update_weights_interval",
         f"`async.update_weights_interval` {interval}: weights reach the engines every {interval} {unit(cfg.mode)}s "
-        f"({plural(per_version, 'optimizer step')}) and staleness counts syncs, not steps: a sample within "
-        f"`async.max_weight_staleness` {bound} can be up to {(bound + 1) * per_version - 1} optimizer steps behind "
-        f"the weights that train on it (worst policy lag in versions: {lag_text(derived)})",
+        f"({plural(per_version, 'optimizer step')}) and staleness counts syncs, not steps: within "
+        f"`async.max_weight_staleness` {bound} the worst policy lag is {worst_lag(cfg, derived)}",
         "set `async.update_weights_interval: 1`, or choose `async.max_weight_staleness` knowing that one version "
         f"is {plural(per_version, 'optimizer step')}",
     )
@@ -222,10 +202,6 @@ def sync_interval_hides_lag(cfg, derived):
     "the ones with the longest completions, so training sees fewer long answers than the data holds: a "
     "length bias no metric but `dropped_stale` shows. Longer slices, or a bound of m, keep every completion "
     "within reach.",
-    bad_example="mode: fully_async\nrollout:\n  max_new_tokens: 24\nasync:\n  max_weight_staleness: 2\n"
-    "  partial_rollout: true\n  tokens_per_call: 4\ncorrection:\n  level: token\n",
-    good_example="mode: fully_async\nrollout:\n  max_new_tokens: 24\nasync:\n  max_weight_staleness: 2\n"
-    "  partial_rollout: true\n  tokens_per_call: 12\ncorrection:\n  level: token\n",
 )
 def sliced_completions_outlive_bound(cfg, derived):
     bound, per_call, longest = cfg.async_.max_weight_staleness, derived.tokens_per_call, cfg.rollout.max_new_tokens
@@ -236,6 +212,8 @@ def sliced_completions_outlive_bound(cfg, derived):
         return
     fate = "regenerated" if cfg.async_.stale_policy == "regenerate" else "dropped"
     raise_bound = f"`async.max_weight_staleness: {calls}`"
+    raised = max_lag(cfg.mode, calls, derived.num_steps_per_rollout, cfg.async_.update_weights_interval)
+    raise_bound += f" (a worst policy lag of {raised.describe()}, against {derived.max_lag.describe()} now)"
     fix = (f"set `async.tokens_per_call: {-(-longest // bound)}` or more (at most {bound} calls per completion), "
            f"or {raise_bound}" if bound > 0 else f"set {raise_bound}")
     yield Finding(

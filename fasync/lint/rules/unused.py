@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fasync.lint.diagnostic import Severity
+from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 
 
@@ -65,8 +65,6 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     why="A setting that does nothing reads as if it did: a reviewer (or you, later) believes the run has "
     "a staleness bound, a queue limit or a model shape it does not have. Often it is a sign that another "
     "key (`mode`, `correction.level`) is not what was meant.",
-    bad_example="mode: sync\nasync:\n  max_weight_staleness: 2\n",
-    good_example="mode: async\nasync:\n  max_weight_staleness: 2\ncorrection:\n  level: token\n",
 )
 def ignored_setting(cfg, derived):
     for section_key, fields, reason, needs in _ignored(cfg):

@@ -1,0 +1,16 @@
+"""The exit codes of every `fasync` command, as ruff uses them: 2 means the tool could not run."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    """Clean check, or a finished run."""
+    FAILED = 1
+    """Problems found in a config (errors, or warnings under `--strict`), or a run that failed."""
+    USAGE = 2
+    """Bad usage, a config file that cannot be loaded, or an internal error."""
+    INTERRUPTED = 130
+    """A run stopped by Ctrl-C (128 + SIGINT)."""
