@@ -68,11 +68,10 @@ def check(
     select: Annotated[str | None, typer.Option(help="Only these rule codes or prefixes (comma list).")] = None,
     ignore: Annotated[str | None, typer.Option(help="Skip these rule codes or prefixes (comma list).")] = None,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even with findings (2 still means "
-                                            "the check could not run).")] = False,
+                                            "a config could not be loaded).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line.")] = False,
 ) -> None:
-    """Lint config files. Exit 0: clean, 1: problems found (errors, load problems included, or warnings with
-    --strict), 2: the check could not run (bad usage, a named file missing, an internal error)."""
+    """Lint config files. Exit 0: clean, 1: errors (or warnings with --strict), 2: unloadable or bad usage."""
     from fasync.lint.engine import check_files, exit_code
     from fasync.lint.formats import render
 
@@ -125,7 +124,7 @@ def config_show(
     result = load_config(files[0], overrides)
     if result.config is None:
         typer.echo(render(result.diagnostics, "text", files=1, color=_use_color()), err=True)
-        raise typer.Exit(ExitCode.FAILED if Path(files[0]).is_file() else ExitCode.USAGE)
+        raise typer.Exit(ExitCode.USAGE)
     typer.echo(show(result, format.value))
 
 
@@ -138,8 +137,8 @@ def train(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Load, check and plan the actors, print the plan, "
                                           "and exit without training.")] = False,
 ) -> None:
-    """Check the config, start the actors on Ray and train. Exit 0: done, 1: problems in the config or a failed
-    run, 2: bad usage or a missing config file, 130: interrupted."""
+    """Check the config, start the actors on Ray and train. Exit 0: done, 1: errors or a failed run,
+    2: unloadable config, 130: interrupted."""
     from fasync.launch.run import train as run_training
 
     files, overrides = split_targets(targets)
@@ -175,6 +174,29 @@ def bench(
                           out_dir=Path(out) if out else None, doc=None if no_write else Path(doc),
                           long_tail=LONG_TAIL if long_tail else None, repeats=repeat)
     typer.echo("\n\n".join(blocks.values()))
+
+
+@app.command()
+def simulate(
+    targets: Annotated[list[str], typer.Argument(metavar="FILE [KEY=VALUE...]",
+                                                 help="The config file, then overrides applied to every variant.")],
+    calibrate: Annotated[list[str] | None, typer.Option("--calibrate", metavar="RUN_DIR",
+                                                        help="Fit the costs to this run's metrics (repeatable).")]
+    = None,
+    sweep: Annotated[list[str] | None, typer.Option("--sweep", metavar="KEY=V1,V2,...",
+                                                    help="Simulate every value (repeatable: the grid).")] = None,
+    format: Annotated[TableFormat, typer.Option("--format", help="Output format.")] = TableFormat.text,
+) -> None:
+    """Predict samples/s, idle time, staleness, queue occupancy and the length bias of stale drops in each mode
+    (or over a sweep), from a discrete-event simulation of the drivers. Exit 0: done, 2: bad input."""
+    from fasync.simulate.command import run
+
+    files, overrides = split_targets(targets)
+    if len(files) != 1:
+        _fail("fasync simulate: give exactly one config file")
+    code, output = run(files[0], overrides, calibrate or [], sweep or [], format.value)
+    typer.echo(output, err=code != 0)
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -25,6 +25,7 @@ def imported_modules(*args: str) -> set[str]:
     ("config", "show", str(CONFIG)),
     ("rules",),
     ("schema",),
+    ("simulate", str(CONFIG), "train.num_rollouts=5"),
 ], ids=lambda a: " ".join(a[:2]))
 def test_no_heavy_imports(args):
     assert imported_modules(*args) & HEAVY == set()

@@ -7,7 +7,7 @@ reject unknown keys so that a typo is a diagnostic, not a silently ignored knob.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -82,17 +82,9 @@ class RolloutConfig(Section):
 
 
 class TrainConfig(Section):
-    global_batch_size: Optional[int] = Field(
-        None,
-        ge=1,
-        description="Samples per optimizer step (verl's ppo_mini_batch_size × n). Null: derived, the whole rollout "
-        "(one step per rollout), or samples per rollout // num_steps_per_rollout when that is set.",
-    )
-    micro_batch_size: Optional[int] = Field(
-        None,
-        ge=1,
-        description="Samples per forward/backward pass on one rank (gradient accumulation unit). Null: the "
-        "per-rank batch, global batch / trainer_ranks (no accumulation).",
+    global_batch_size: int = Field(256, ge=1, description="Samples per optimizer step (verl's ppo_mini_batch_size × n).")
+    micro_batch_size: int = Field(
+        64, ge=1, description="Samples per forward/backward pass on one rank (gradient accumulation unit)."
     )
     num_steps_per_rollout: Optional[int] = Field(
         None,
@@ -167,8 +159,7 @@ class CorrectionConfig(Section):
         None,
         description="Policy the PPO ratio is taken against. `behaviour`: the rollout logprobs (bypass, no extra "
         "forward); `proximal`: decoupled PPO against the policy at the start of the step; `recompute`: "
-        "recomputed logprobs of the current weights. Null: `recompute` in sync; in the async modes `behaviour`, "
-        "or `proximal` when `correction.level` asks for importance weights (docs/correction.md, Evidence).",
+        "recomputed logprobs of the current weights. Null: `recompute` in sync, `proximal` in the async modes.",
     )
     level: Literal["none", "token", "sequence"] = Field(
         "none", description="Importance weights between training and behaviour policies: per token or per sequence."
@@ -235,6 +226,52 @@ class LintConfig(Section):
     ignore: list[str] = Field(default_factory=list, description="Rule codes silenced for this config.")
 
 
+class LengthTail(Section):
+    median: float = Field(..., gt=0.0, description="Median completion length in tokens.")
+    sigma: float = Field(1.0, gt=0.0, description="Spread of the log length (lognormal): 1 puts the 95th "
+                         "percentile at about 5× the median.")
+
+
+def _cost(description: str, rate: bool = False):
+    """An optional cost: a rate must be positive, a duration may be 0."""
+    return Field(None, gt=0.0, description=description) if rate else Field(None, ge=0.0, description=description)
+
+
+class SimulateCosts(Section):
+    """Costs for `fasync simulate`; each null keeps the calibrated value or the default (the quickstart's
+    tiny model on two CPU cores)."""
+
+    engine_call_ms: Optional[float] = _cost("Fixed cost of one generate call.")
+    engine_prefill_tokens_per_s: Optional[float] = _cost("Prefill rate of one engine.", rate=True)
+    engine_step_ms: Optional[float] = _cost("One decode step of one engine, apart from its rows: the latency floor.")
+    engine_row_ms: Optional[float] = _cost("What each row in flight adds to a decode step (the static batch of the "
+                                           "torch engine counts finished rows too).")
+    trainer_call_ms: Optional[float] = _cost("Fixed cost of one train call (moving the samples, advantages).")
+    trainer_step_ms: Optional[float] = _cost("Fixed cost of one optimizer step.")
+    trainer_micro_batch_ms: Optional[float] = _cost("Fixed cost of one micro batch.")
+    trainer_tokens_per_s: Optional[float] = _cost("Forward and backward rate of one trainer rank, in padded prompt + "
+                                                  "completion tokens.", rate=True)
+    weight_sync_ms: Optional[float] = _cost("Fixed cost of loading new weights into the engines.")
+    weight_sync_gb_per_s: Optional[float] = _cost("Weight transfer rate; null: the sync costs `weight_sync_ms` "
+                                                  "whatever the model's size.", rate=True)
+    overlap_slowdown: Optional[float] = Field(None, ge=1.0, description="How much slower generation and training "
+                                              "run while they overlap on shared hardware (1: separate devices).")
+
+
+class SimulateConfig(Section):
+    lengths: Union[Literal["data", "run"], list[Annotated[int, Field(ge=1)]], LengthTail] = Field(
+        "data",
+        description="Completion lengths: `data` (each prompt's label, in tokens, plus the stop token, capped at "
+        "`rollout.max_new_tokens`), `run` (the mean lengths of the calibration run's steps), a list to draw "
+        "from, or `{median, sigma}` for a lognormal tail capped at `rollout.max_new_tokens`.",
+    )
+    per: Literal["prompt", "sample"] = Field(
+        "sample", description="A list or tail: draw one length per prompt (its group shares it) or per sample."
+    )
+    costs: SimulateCosts = Field(default_factory=SimulateCosts, description="Cost model overrides.")
+    seed: int = Field(0, description="Seed for the simulated prompts and lengths.")
+
+
 class FasyncConfig(Section):
     mode: Mode = Field("sync", description="Training driver: `sync`, `async` (overlapped, batch-level) or "
                        "`fully_async` (streaming, sample-level).")
@@ -250,3 +287,5 @@ class FasyncConfig(Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run directory and display.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Saving the policy.")
     lint: LintConfig = Field(default_factory=LintConfig, description="Linter settings for this config.")
+    simulate: SimulateConfig = Field(default_factory=SimulateConfig,
+                                     description="`fasync simulate`: completion lengths and costs.")

@@ -1,0 +1,230 @@
+"""`fasync simulate`: exact timelines of the simulated drivers, the rules they keep, calibration and the CLI."""
+
+import itertools
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from fasync.cli import app
+from fasync.config.derived import derive
+from fasync.config.loader import load_config
+from fasync.simulate.calibrate import calibrate
+from fasync.simulate.command import pareto_front
+from fasync.simulate.costs import Costs, weight_bytes
+from fasync.simulate.drivers import Simulation
+from fasync.simulate.lengths import build_lengths
+from fasync.simulate.predict import simulate
+from fasync.simulate.state import Group, finish_call, plan_call
+
+runner = CliRunner()
+QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
+
+# One decode step is a second and nothing else costs anything, unless a test says so: every time below is
+# countable by hand.
+STEPS_ONLY = Costs(engine_call=0.0, engine_prefill_token=0.0, engine_step=1.0, engine_row=0.0, trainer_call=0.0,
+                   trainer_step=2.0, trainer_micro_batch=0.0, trainer_token=0.0, weight_sync=0.5,
+                   source="test")
+
+
+def config(tmp_path: Path, *overrides: str):
+    """Two prompts of one sample each per rollout, every completion 4 tokens long, one engine."""
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({
+        "rollout": {"batch_size": 2, "n_samples_per_prompt": 1, "max_new_tokens": 8},
+        "train": {"global_batch_size": 2, "micro_batch_size": 2, "num_rollouts": 4},
+        "simulate": {"lengths": [4]},
+    }))
+    loaded = load_config(base, list(overrides))
+    assert loaded.config is not None, loaded.diagnostics
+    return loaded.config
+
+
+def run(cfg, costs: Costs = STEPS_ONLY):
+    sim = Simulation(cfg, derive(cfg), costs, build_lengths(cfg), weight_bytes(cfg, 16))
+    return sim.run(), sim
+
+
+def record_times(recorder) -> list[float]:
+    return [round(time, 6) for time, _, _ in recorder.records]
+
+
+def test_sync_timeline(tmp_path):
+    # Each rollout: generate (4 steps), train (one 2 s step), wait for the 0.5 s weight sync.
+    recorder, _ = run(config(tmp_path, "mode=sync"))
+    assert record_times(recorder) == [6.5, 13.0, 19.5, 26.0]
+    assert recorder.generate_s == [4.0] * 4
+    assert recorder.trainer_busy == [(4.0, 6.0), (10.5, 12.5), (17.0, 19.0), (23.5, 25.5)]
+    assert dict(recorder.staleness) == {0: 8}
+
+
+def test_async_timeline(tmp_path):
+    # Rollout 1 generates with version 0 while rollout 0 trains. The push after each train call queues on
+    # the engine behind the generation in progress, so from rollout 2 on each rollout waits for a 0.5 s load.
+    recorder, _ = run(config(tmp_path, "mode=async", "async.max_weight_staleness=1"))
+    assert record_times(recorder) == [6.0, 10.0, 14.5, 19.0]
+    assert recorder.engine_busy[0] == [(0.0, 4.0), (4.0, 8.0), (8.5, 12.5), (13.0, 17.0)]
+    assert dict(recorder.staleness) == {0: 2, 1: 6}
+
+
+def test_fully_async_timeline_waits_for_calls_without_partial_rollout(tmp_path):
+    # A sync issued at the end of a train call waits for the engine's call in flight, then loads (0.5 s).
+    recorder, _ = run(config(tmp_path, "mode=fully_async", "async.max_weight_staleness=1"))
+    assert record_times(recorder) == [6.0, 10.0, 14.5, 19.0]
+    assert recorder.engine_busy[0] == [(0.0, 4.0), (4.0, 8.0), (8.5, 12.5), (13.0, 17.0)]
+    assert dict(recorder.staleness) == {0: 2, 1: 6}
+
+
+def test_fully_async_timeline_aborts_and_resumes_with_partial_rollout(tmp_path):
+    # The sync at t=6 aborts the call started at 4 after its second step; the load takes until 6.5 and the two
+    # groups resume from their prefix for their last 2 tokens, done at 8.5: drain 1 trains 8.5-10.5, and so on.
+    recorder, _ = run(config(tmp_path, "mode=fully_async", "async.max_weight_staleness=1",
+                             "async.partial_rollout=true"))
+    assert record_times(recorder) == [6.0, 10.5, 15.0, 19.5]
+    assert recorder.engine_busy[0][:4] == [(0.0, 4.0), (4.0, 6.0), (6.5, 8.5), (8.5, 10.5)]
+    assert recorder.resumed_groups >= 4
+    assert dict(recorder.staleness) == {0: 2, 1: 6}
+
+
+def test_sliced_calls_finish_their_slice_at_a_sync(tmp_path):
+    # Two-token slices: a call never runs past 2 s, and a sync waits for the slice instead of aborting it.
+    recorder, _ = run(config(tmp_path, "mode=fully_async", "async.max_weight_staleness=1",
+                             "async.partial_rollout=true", "async.tokens_per_call=2"))
+    calls = recorder.engine_busy[0]
+    assert all(round(end - start, 6) == 2.0 for start, end in calls)
+    assert all(later[0] >= earlier[1] for earlier, later in zip(calls, calls[1:]))
+
+
+def test_static_batch_counts_finished_rows_and_continuous_does_not():
+    # Rows of 2 and 6 tokens from a 3-token prompt: 6 decode steps either way; the static batch computes both
+    # rows in all 6 (12 row-steps), continuous batching 2 + 6 = 8; the prefill is 2 × 3 prompt tokens.
+    costs = replace(STEPS_ONLY, engine_prefill_token=0.5, engine_row=0.25)
+    for static, row_steps in ((True, 12), (False, 8)):
+        call = plan_call([Group(0, 3, [2, 6])], None, 0, 0, 0, 0.0, costs, static)
+        assert (call.steps, call.row_steps, call.prefill_tokens) == (6, row_steps, 6)
+        assert call.duration == 6 * 0.5 + 6 * 1.0 + row_steps * 0.25
+    # A 4-token slice, then the rest: the cached row sends only its newest token through the model.
+    group = Group(0, 3, [2, 6])
+    first = plan_call([group], 4, 0, 0, 0, 0.0, costs, True)
+    finish_call(first, None, 0, 0)
+    assert (group.progress, group.finished, group.oldest_version) == (4, False, 0)
+    second = plan_call([group], 4, 1, 0, 0, 0.0, costs, True)
+    assert (second.rows, second.steps, second.prefill_tokens) == (1, 2, 1)
+    finish_call(second, None, 0, 0)
+    assert (group.finished, group.oldest_version, group.newest_version) == (True, 0, 1)
+
+
+VARIANTS = list(itertools.product(
+    ["async", "fully_async"],
+    [0, 1, 2],
+    [(), ("async.partial_rollout=true",), ("async.partial_rollout=true", "async.tokens_per_call=3")],
+    [("simulate.lengths={median: 6, sigma: 1.2}",), ("simulate.lengths=[2, 2, 2, 24]", "simulate.per=prompt")],
+    [("resources.num_rollout_engines=1",), ("resources.num_rollout_engines=3", "async.update_weights_interval=2",
+                                           "async.stale_policy=regenerate")],
+))
+
+
+@pytest.mark.parametrize("mode,bound,partial,lengths,engines", VARIANTS[::3])
+def test_staleness_stays_within_the_bound_and_the_ledger_balances(mode, bound, partial, lengths, engines):
+    cfg = load_config(QUICKSTART, [f"mode={mode}", f"async.max_weight_staleness={bound}", *partial, *lengths,
+                                   *engines, "rollout.max_new_tokens=24", "train.num_rollouts=40",
+                                   "rollout.batch_size=8", "train.global_batch_size=64",
+                                   "train.micro_batch_size=32"]).config
+    prediction = simulate(cfg, Costs(), build_lengths(cfg))
+    assert prediction.rollouts == 40
+    assert prediction.staleness_max <= bound
+    assert prediction.lag_max_steps <= derive(cfg).max_lag.steps
+    ledger = prediction.ledger
+    assert prediction.ledger_balanced
+    assert ledger["produced"] == (ledger["consumed"] + sum(ledger["dropped"].values()) + ledger["queued"]
+                                  + ledger["in_flight"])
+    assert ledger["consumed"] == 40 * 64
+
+
+@pytest.mark.parametrize("tokens_per_call,long_dropped", [(4, True), (12, False)])
+def test_short_slices_drop_long_completions_as_stale(tokens_per_call, long_dropped):
+    # Generation-bound (slow decode rows): ⌈24 / 4⌉ = 6 calls outlive a bound of 1 and the long groups go
+    # stale while the short ones do not (S008); two calls of 12 tokens fit.
+    slow_rows = replace(Costs(), engine_row=Costs().engine_row * 8)
+    cfg = load_config(QUICKSTART, ["mode=fully_async", "async.max_weight_staleness=1", "async.partial_rollout=true",
+                                   f"async.tokens_per_call={tokens_per_call}", "rollout.max_new_tokens=24",
+                                   "simulate.lengths=[3, 3, 3, 3, 3, 3, 3, 3, 24]", "simulate.per=prompt",
+                                   "train.num_rollouts=60"]).config
+    by_length = simulate(cfg, slow_rows, build_lengths(cfg)).stale_dropped_by_length
+    assert by_length["1-6"] == 0.0
+    assert (by_length["19-24"] > 0.5) is long_dropped
+
+
+def test_pareto_front():
+    assert pareto_front([(10, 1.0), (12, 2.0), (9, 2.0), (12, 1.0)]) == [False, False, False, True]
+    assert pareto_front([(10, 0.0), (20, 1.0)]) == [True, True]
+
+
+def write_run(run_dir: Path, cfg_path: Path, overrides: list[str], costs: Costs) -> None:
+    """A synthetic run directory: what `fasync train` writes, with phase times from a simulation."""
+    loaded = load_config(cfg_path, overrides)
+    cfg = loaded.config
+    recorder, _ = run(cfg, costs)
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(loaded.raw, sort_keys=False))
+    lines = []
+    for rollout, ((time, samples, _), generate, (call, steps)) in enumerate(
+            zip(recorder.records, recorder.generate_s, recorder.train_calls)):
+        lines.append(json.dumps({"step": rollout, "rollout": rollout, "generate_time_s": generate,
+                                 "train_time_s": steps, "train_call_time_s": call, "num_samples": samples,
+                                 "weight_sync_time_s": recorder.sync_held_s[rollout] if recorder.sync_held_s else 0,
+                                 "response_length_mean": 6.0, "wall_time": time}))
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_calibration_round_trip(tmp_path):
+    truth = Costs()
+    truth = replace(truth, **{name: getattr(truth, name) * 3 for name in
+                              ("engine_call", "engine_prefill_token", "engine_step", "engine_row")},
+                    **{name: getattr(truth, name) * 0.5 for name in
+                       ("trainer_step", "trainer_micro_batch", "trainer_token")},
+                    trainer_call=0.05, weight_sync=0.02)
+    write_run(tmp_path / "run", QUICKSTART, ["train.num_rollouts=20"], truth)
+    fitted = calibrate([tmp_path / "run"]).costs
+    for name, value in truth.as_dict().items():
+        if name != "source":
+            assert getattr(fitted, name) == pytest.approx(value, rel=1e-6), name
+
+
+def test_cli_text_json_and_sweep(tmp_path):
+    result = runner.invoke(app, ["simulate", str(QUICKSTART), "train.num_rollouts=30"])
+    assert result.exit_code == 0, result.output
+    for mode in ("sync", "async", "fully_async"):
+        assert f"\n{mode} " in result.output
+    result = runner.invoke(app, ["simulate", str(QUICKSTART), "train.num_rollouts=30", "--format", "json",
+                                 "--sweep", "async.max_weight_staleness=0,1,2", "--sweep", "mode=async,fully_async"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert len(report["variants"]) == 6
+    assert report["sweep_keys"] == ["async.max_weight_staleness", "mode"]
+    assert any(v["pareto"] for v in report["variants"])
+    assert all(v["staleness_max"] <= int(v["settings"]["async.max_weight_staleness"]) for v in report["variants"])
+
+
+def test_cli_calibrate(tmp_path):
+    write_run(tmp_path / "run", QUICKSTART, ["train.num_rollouts=10"], Costs())
+    result = runner.invoke(app, ["simulate", str(QUICKSTART), "train.num_rollouts=10", "--calibrate",
+                                 str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert f"calibrated from {tmp_path / 'run'}" in result.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--sweep", "async.max_weight_staleness"], "write KEY=V1,V2"),
+    (["--sweep", "async.max_weight_stalenes=1,2"], "max_weight_stalenes"),
+    (["--calibrate", "/nonexistent/run"], "no config.yaml"),
+    (["simulate.lengths=run"], "--calibrate"),
+])
+def test_cli_bad_input_is_a_message(args, message):
+    result = runner.invoke(app, ["simulate", str(QUICKSTART), *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
