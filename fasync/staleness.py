@@ -33,6 +33,11 @@ def train_version(batch_index: int, interval: int) -> int:
     return batch_index // interval
 
 
+def syncs_after(batch_index: int, interval: int) -> bool:
+    """Whether the weights are synced to the engines after the trainer trains rollout (or drain) `batch_index`."""
+    return (batch_index + 1) % interval == 0
+
+
 def may_generate(batch_index: int, engine_version: int, interval: int, bound: Optional[int]) -> bool:
     """Whether weights at `engine_version` may generate the samples that rollout (or drain) `batch_index`
     trains on: only if they will then be at most `bound` versions old."""

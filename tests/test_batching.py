@@ -4,14 +4,14 @@ import pytest
 
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
-from fasync.rollout.types import Sample
+from fasync.rollout.types import GroupId, Sample
 from fasync.train.batching import collate, plan_steps, rank_micro_batches
 
 PAD = 0
 
 
 def sample(prompt, output, logprobs, advantage=0.0):
-    return Sample(group_id=0, prompt_ids=prompt, output_ids=output, behaviour_logprobs=logprobs,
+    return Sample(group_id=GroupId(0), prompt_ids=prompt, output_ids=output, behaviour_logprobs=logprobs,
                   token_versions=[0] * len(output), reward=0.0, advantage=advantage)
 
 

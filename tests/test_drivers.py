@@ -2,6 +2,9 @@
 
 Generation delays are injected with an engine actor that sleeps a random time
 before each call, so that the async drivers see out-of-order, uneven progress.
+A trainer actor that sleeps before each train call keeps generation ahead of
+training, so that the async drivers run as far ahead as the staleness bound lets
+them and the worst policy lag (`Derived.max_lag`) is reached, not only respected.
 """
 
 from __future__ import annotations
@@ -51,6 +54,20 @@ def delayed_engines(cfg: FasyncConfig, max_delay_s: float, seed: int):
     return [DelayedEngine.options(num_cpus=0).remote(cfg) for _ in range(cfg.resources.num_rollout_engines)]
 
 
+def slow_trainer(monkeypatch, delay_s: float) -> None:
+    """Every trainer actor the run starts sleeps `delay_s` before each train call."""
+    import ray
+
+    from fasync.launch import actors
+
+    class SlowTrainer(actors.TrainerActor.__ray_actor_class__):
+        def train_rollout(self, samples, current_version):
+            time.sleep(delay_s)
+            return super().train_rollout(samples, current_version)
+
+    monkeypatch.setattr(actors, "TrainerActor", ray.remote(SlowTrainer))
+
+
 def start_run(cfg: FasyncConfig, tmp_path, engines=None):
     from fasync.drivers.common import Run, build_factory
     from fasync.launch.plan import plan_resources
@@ -60,14 +77,21 @@ def start_run(cfg: FasyncConfig, tmp_path, engines=None):
 
 
 def run_mode(cfg: FasyncConfig, tmp_path, engines=None):
-    from fasync.launch.run import _driver
+    from fasync.drivers import DRIVERS
 
     run = start_run(cfg, tmp_path, engines)
     try:
-        _driver(cfg.mode)(run)
+        DRIVERS[cfg.mode](run).train()
     finally:
         run.close()
     return run
+
+
+def assert_lag_reaches_the_bound(run) -> None:
+    """The policy lag, in optimizer steps, never exceeds the derived worst case and reaches it."""
+    bound = derive(run.cfg).max_lag.steps
+    lags = [record["policy_lag_max"] for record in run.writer.history]
+    assert max(lags) == bound, (lags, bound)
 
 
 def assert_ledger_balanced(run) -> None:
@@ -85,6 +109,7 @@ def test_sync_trains_on_policy_and_accounts_for_every_sample(ray_session, tmp_pa
     assert all(r["staleness_max"] == 0 for r in history)
     assert [r["weight_version"] for r in history] == list(range(cfg.train.num_rollouts))
     assert run.ledger.dropped["trimmed"] == 4 * cfg.train.num_rollouts
+    assert_lag_reaches_the_bound(run)  # 0: every step's samples come from its own weights
     assert_ledger_balanced(run)
     for key in ("step", "rollout", "weight_version", "reward_mean", "loss", "kl", "entropy", "clip_fraction",
                 "grad_norm", "tokens_per_s", "wall_time", "generate_time_s", "train_time_s",
@@ -92,24 +117,33 @@ def test_sync_trains_on_policy_and_accounts_for_every_sample(ray_session, tmp_pa
         assert key in history[0], key
 
 
+def test_sync_lag_spans_the_steps_of_a_rollout(ray_session, tmp_path):
+    cfg = tiny_config(train={"num_rollouts": 2})  # 16 samples, 8 a step: the second step lags one
+    run = run_mode(cfg, tmp_path)
+    assert [r["policy_lag_max"] for r in run.writer.history] == [0, 1, 0, 1]
+    assert_lag_reaches_the_bound(run)
+
+
+# Bounds, (s + 1) × I × N − 1 with N = 2 steps per rollout: 3, 5 and 7 optimizer steps.
 @pytest.mark.parametrize("staleness, interval", [(1, 1), (2, 1), (1, 2)])
-def test_async_never_trains_beyond_the_bound(ray_session, tmp_path, staleness, interval):
+def test_async_never_trains_beyond_the_bound(ray_session, tmp_path, monkeypatch, staleness, interval):
+    slow_trainer(monkeypatch, 0.5)
     cfg = tiny_config(mode="async", **{"async": {"max_weight_staleness": staleness,
                                                  "update_weights_interval": interval}})
     run = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.05, seed=staleness))
     history = run.writer.history
-    steps = derive(cfg).num_steps_per_rollout
-    assert max(r["staleness_max"] for r in history) <= staleness
-    assert max(r["policy_lag_max"] for r in history) <= staleness + steps - 1
-    # Overlap is real: some rollout was generated with older weights than it was trained with.
-    assert max(r["staleness_max"] for r in history) >= 1
+    assert max(r["staleness_max"] for r in history) == staleness
+    assert_lag_reaches_the_bound(run)
     assert_ledger_balanced(run)
 
 
-@pytest.mark.parametrize("partial, engines, stale_policy, tokens_per_call", [
-    (False, 1, "drop", None), (True, 1, "drop", None), (False, 2, "regenerate", None), (True, 2, "drop", 1)])
-def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, partial, engines, stale_policy,
-                                                     tokens_per_call):
+# Bounds with N = 2 steps per drain: 3 optimizer steps, 7 with a sync every second drain.
+@pytest.mark.parametrize("partial, engines, stale_policy, tokens_per_call, interval", [
+    (False, 1, "drop", None, 1), (True, 1, "drop", None, 1), (False, 2, "regenerate", None, 1),
+    (True, 2, "drop", 1, 1), (False, 1, "drop", None, 2)])
+def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, monkeypatch, partial, engines,
+                                                     stale_policy, tokens_per_call, interval):
+    slow_trainer(monkeypatch, 0.5)
     # Two engines finish groups out of admission order, so some can arrive staler than admission planned.
     cfg = tiny_config(
         mode="fully_async",
@@ -117,14 +151,14 @@ def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, part
         rollout={"max_new_tokens": 4},
         resources={"num_rollout_engines": engines},
         **{"async": {"max_weight_staleness": 1, "partial_rollout": partial, "max_concurrent_samples": 8,
-                     "stale_policy": stale_policy, "tokens_per_call": tokens_per_call}},
+                     "stale_policy": stale_policy, "tokens_per_call": tokens_per_call,
+                     "update_weights_interval": interval}},
     )
     run = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.08, seed=7))
     history = run.writer.history
-    steps = derive(cfg).num_steps_per_rollout
     assert len({r["rollout"] for r in history}) == cfg.train.num_rollouts
-    assert max(r["staleness_max"] for r in history) <= 1
-    assert max(r["policy_lag_max"] for r in history) <= 1 + steps - 1
+    assert max(r["staleness_max"] for r in history) == 1
+    assert_lag_reaches_the_bound(run)
     for key in ("queue_size", "trainer_wait_s", "rollouter_pause_s", "version_diversity", "partial_ratio",
                 "max_partial_span", "dropped_stale"):
         assert key in history[-1], key
@@ -134,14 +168,15 @@ def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, part
 def test_a_dead_engine_fails_the_run_quickly(ray_session, tmp_path):
     import ray
 
+    from fasync.drivers import DRIVERS
+
     cfg = tiny_config(mode="fully_async", train={"num_rollouts": 1000})
     run = start_run(cfg, tmp_path)
     threading.Timer(2.0, lambda: ray.kill(run.engines[0])).start()
-    from fasync.drivers.fully_async import run_fully_async
 
     started = time.monotonic()
     with pytest.raises(Exception) as failure:
-        run_fully_async(run)
+        DRIVERS["fully_async"](run).train()
     assert time.monotonic() - started < 30
     assert "actor" in str(failure.value).lower() or "died" in str(failure.value).lower()
     run.close()
@@ -150,37 +185,31 @@ def test_a_dead_engine_fails_the_run_quickly(ray_session, tmp_path):
 def test_a_dead_trainer_fails_the_async_run_quickly(ray_session, tmp_path):
     import ray
 
+    from fasync.drivers import DRIVERS
+
     cfg = tiny_config(mode="async", train={"num_rollouts": 1000})
     run = start_run(cfg, tmp_path)
     threading.Timer(2.0, lambda: ray.kill(run.trainer.ranks[0])).start()
-    from fasync.drivers.async_ import run_async
 
     started = time.monotonic()
     with pytest.raises(ray.exceptions.RayActorError):
-        run_async(run)
+        DRIVERS["async"](run).train()
     assert time.monotonic() - started < 30
     run.close()
 
 
-def test_a_dead_rollouter_fails_the_run_quickly(ray_session, tmp_path, monkeypatch):
+def test_a_dead_rollouter_fails_the_run_quickly(ray_session, tmp_path):
     import ray
 
-    from fasync.drivers import fully_async
+    from fasync.drivers import DRIVERS
 
     cfg = tiny_config(mode="fully_async", train={"num_rollouts": 1000})
     run = start_run(cfg, tmp_path)
-    started = []
-    original = fully_async.FullyAsync.__init__
-
-    def remember(self, run):
-        original(self, run)
-        started.append(self.rollouter)
-        threading.Timer(2.0, lambda: ray.kill(self.rollouter)).start()
-
-    monkeypatch.setattr(fully_async.FullyAsync, "__init__", remember)
+    driver = DRIVERS["fully_async"](run)
+    threading.Timer(2.0, lambda: ray.kill(driver.rollouter)).start()
     began = time.monotonic()
     with pytest.raises(Exception) as failure:
-        fully_async.run_fully_async(run)
+        driver.train()
     run.close()
-    assert started and time.monotonic() - began < 30
+    assert time.monotonic() - began < 30
     assert "actor" in str(failure.value).lower() or "rollouter" in str(failure.value).lower()

@@ -27,7 +27,7 @@ def test_engine_and_trainer_agree_on_gpu_and_a_step_trains():
     engine = build_engine(cfg)
     trainer = Trainer(cfg)
     assert next(trainer.model.parameters()).is_cuda
-    groups = factory.new_groups(cfg.rollout.batch_size, 0)
+    groups = factory.new_groups(cfg.rollout.batch_size)
     generations = iter(engine.generate([r for g in groups for r in g.requests], factory.params))
     for group in groups:
         group.requests = [next(generations) for _ in group.requests]

@@ -3,14 +3,35 @@ from fasync.launch.plan import plan_resources
 from fasync.metrics.ledger import Ledger
 
 
-def test_ledger_balances_only_when_every_sample_is_accounted_for():
-    ledger = Ledger(produced=64, consumed=32, queued=8, in_flight=16)
-    ledger.drop("stale", 8)
-    assert ledger.balanced
-    ledger.drop("trimmed", 1)
-    assert not ledger.balanced
-    assert "UNBALANCED" in ledger.describe()
-    assert ledger.as_dict()["dropped"] == {"stale": 8, "trimmed": 1}
+def test_every_transition_keeps_the_ledger_balanced():
+    ledger = Ledger()
+    ledger.admit(64)
+    ledger.drop("zero_variance", 8)  # scored, dropped before it was queued
+    ledger.deliver(40)
+    ledger.drop("stale", 8)  # from the queue
+    ledger.train(taken=24, trained=20)  # 4 trimmed
+    assert (ledger.produced, ledger.in_flight, ledger.queued, ledger.consumed) == (64, 16, 8, 20)
+    assert ledger.dropped == {"zero_variance": 8, "stale": 8, "trimmed": 4}
+    assert ledger.balanced and "balanced" in ledger.describe()
+
+
+def test_a_count_gone_negative_or_missing_is_unbalanced():
+    ledger = Ledger()
+    ledger.admit(4)
+    ledger.deliver(4)
+    ledger.train(taken=8, trained=8)  # more than was queued
+    assert not ledger.balanced and "UNBALANCED" in ledger.describe()
+    assert not Ledger(produced=1).balanced
+
+
+def test_a_ledger_crosses_to_another_process_as_a_copy():
+    import pickle
+
+    ledger = Ledger()
+    ledger.admit(4)
+    copy = pickle.loads(pickle.dumps(ledger))
+    copy.deliver(4)
+    assert copy.balanced and (ledger.in_flight, copy.queued) == (4, 4)
 
 
 def test_plan_counts_actors_and_resources():

@@ -53,9 +53,13 @@ class ScriptedEngine:
     def __init__(self):
         self.calls: list[list[tuple[int, int]]] = []
         self.aborts = 0
+        self.version = 0
         self.generate = Method(self._generate)
         self.abort = Method(self._abort)
-        self.load_weights = Method(lambda weights, version: None)
+        self.load_weights = Method(self._load_weights)
+
+    def _load_weights(self, weights, version):
+        self.version = version
 
     def _abort(self):
         self.aborts += 1
@@ -68,14 +72,15 @@ class ScriptedEngine:
             left = target_length(req.request_id) - len(req.output_ids)
             new = left if token_budget is None else min(left, token_budget)
             out.append(replace(req, output_ids=req.output_ids + [5] * new, logprobs=req.logprobs + [-1.0] * new,
-                               token_versions=req.token_versions + [0] * new,
+                               token_versions=req.token_versions + [self.version] * new,
                                finish_reason="stop" if new == left else None))
         return pack(out)
 
 
-def rollouter_for(partial: bool, tokens_per_call: int | None):
+def rollouter_for(partial: bool, tokens_per_call: int | None, **settings):
     cfg = FasyncConfig.model_validate(with_sections(
-        CONFIG, **{"async": {**CONFIG["async"], "partial_rollout": partial, "tokens_per_call": tokens_per_call}}))
+        CONFIG, **{"async": {**CONFIG["async"], "partial_rollout": partial, "tokens_per_call": tokens_per_call,
+                             **settings}}))
     engine = ScriptedEngine()
     return cfg, engine, Rollouter(cfg, [engine], build_factory(cfg))
 
@@ -87,11 +92,11 @@ def stream(partial: bool, tokens_per_call: int | None, drains: int = 6):
         running = asyncio.create_task(rollouter.run())
         taken = []
         for _ in range(drains):
-            groups, state = unpack(await rollouter.take(cfg.rollout.batch_size))
+            groups, state = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=0))
+            assert state.ledger.balanced and state.queue_size == rollouter.queue.size()
             taken += groups
-        ledger = await rollouter.stop()
-        await running
-        return taken, ledger
+        await rollouter.stop()
+        return taken, await running
 
     taken, ledger = asyncio.run(body())
     return engine, taken, ledger
@@ -107,7 +112,8 @@ def test_sliced_calls_let_new_prompts_join_while_long_completions_continue():
     # Short groups admitted after a long one reach the queue before it.
     ids = [group.group_id for group in taken]
     assert ids != sorted(ids)
-    assert ledger["produced"] == ledger["in_flight"] + sum(ledger["dropped"].values()) + ledger["put"]
+    assert ledger.balanced and ledger.produced == ledger.in_flight + ledger.dropped_total + ledger.queued
+    assert ledger.queued >= len(taken) * N
 
 
 @pytest.mark.parametrize("tokens_per_call", [None, 2])
@@ -123,13 +129,37 @@ def test_a_weight_sync_aborts_whole_calls_but_lets_a_slice_finish(tokens_per_cal
 
     async def body():
         running = asyncio.create_task(rollouter.run())
-        await rollouter.take(cfg.rollout.batch_size)
+        await rollouter.take(cfg.rollout.batch_size, train_version=0)
         await rollouter.update_weights([None], 1)
         seen = engine.aborts
-        await rollouter.take(cfg.rollout.batch_size)
+        await rollouter.take(cfg.rollout.batch_size, train_version=1)
         await rollouter.stop()
         await running
         return seen
 
     assert asyncio.run(body()) == aborts
     assert rollouter.version == 1
+
+
+def test_a_drain_drops_groups_too_stale_for_its_version_and_regenerates_them():
+    cfg, engine, rollouter = rollouter_for(partial=False, tokens_per_call=None, max_weight_staleness=1,
+                                           stale_policy="regenerate")
+
+    async def body():
+        running = asyncio.create_task(rollouter.run())
+        first, _ = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=0))
+        await asyncio.sleep(0.01)  # admission fills two drains' worth at version 0
+        await rollouter.update_weights([None], 2)
+        second, state = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=2))
+        await rollouter.stop()
+        return first, second, state, await running
+
+    first, second, state, ledger = asyncio.run(body())
+    assert all(group.oldest_version == 0 for group in first)
+    assert all(group.oldest_version == 2 for group in second)
+    # The version-0 groups of the second drain were dropped, and their prompts generated again.
+    stale = state.ledger.dropped["stale"] // N
+    assert stale == cfg.rollout.batch_size
+    regenerated = [group.group_id for group in second if group.group_id.attempt == 1]
+    assert len(regenerated) == stale and {g.draw for g in regenerated} == set(range(4, 8))
+    assert state.ledger.balanced and ledger.balanced

@@ -13,7 +13,7 @@ from fasync.config.schema import FasyncConfig
 from fasync.drivers.common import build_factory
 from fasync.model import build_tokenizer, token_logprobs
 from fasync.rollout.engine import build_engine
-from fasync.rollout.types import Sample
+from fasync.rollout.types import GroupId, Sample
 from fasync.train.advantages import compute_advantages
 from fasync.train.batching import collate
 from fasync.train.trainer import Trainer
@@ -29,7 +29,7 @@ BASE = {
 RECORD_KEYS = {
     "loss", "pg_loss", "kl", "entropy", "clip_fraction", "grad_norm", "lr", "num_samples", "num_tokens",
     "reward_mean", "advantage_abs_mean", "response_length_mean", "staleness_mean", "staleness_max",
-    "policy_lag_max", "train_time_s", "skipped", "skip_reason", "is/kl_k3", "is/kl_direct", "is/weight_mean",
+    "train_time_s", "skipped", "skip_reason", "is/kl_k3", "is/kl_direct", "is/weight_mean",
     "is/weight_max", "is/rejected_token_frac", "is/all_rejected",
 }
 
@@ -62,7 +62,7 @@ def on_policy_samples(cfg: FasyncConfig, trainer: Trainer, version: int = 0, eng
     engine = engine or build_engine(cfg)
     factory = factory or build_factory(cfg)
     engine.load_weights(trainer.rollout_state_dict(), version)
-    groups = factory.new_groups(cfg.rollout.batch_size, version)
+    groups = factory.new_groups(cfg.rollout.batch_size)
     generations = iter(engine.generate([req for group in groups for req in group.requests], factory.params))
     for group in groups:
         group.requests = [next(generations) for _ in group.requests]
@@ -85,7 +85,7 @@ def favoured_batch(trainer: Trainer, shift: float = 0.0, rewarded=(FAVOURED, OTH
     for group, prompt in enumerate(PROMPTS):
         prompt_ids = TOKENIZER.format_prompt(prompt)
         for output, reward in [(list(rewarded), 1.0)] * 2 + [(list(unrewarded), 0.0)] * 2:
-            samples.append(Sample(group_id=group, prompt_ids=prompt_ids, output_ids=output,
+            samples.append(Sample(group_id=GroupId(group), prompt_ids=prompt_ids, output_ids=output,
                                   behaviour_logprobs=[0.0] * len(output),
                                   token_versions=[0] * len(output), reward=reward))
     for sample, logprobs in zip(samples, trainer_logprobs(trainer, samples)):
@@ -161,7 +161,7 @@ def test_a_record_carries_the_documented_keys_and_values():
     assert record["reward_mean"] == pytest.approx(0.5)
     assert record["response_length_mean"] == pytest.approx(2.5)
     assert record["lr"] == cfg.train.lr
-    assert record["staleness_mean"] == record["staleness_max"] == record["policy_lag_max"] == 0
+    assert record["staleness_mean"] == record["staleness_max"] == 0
     assert record["grad_norm"] > 0 and record["entropy"] > 0 and record["train_time_s"] > 0
     assert record["kl"] == 0.0  # no reference without kl_coef
     assert record["loss"] == pytest.approx(record["pg_loss"])
@@ -182,7 +182,7 @@ def test_loss_on_policy_is_minus_the_token_weighted_mean_advantage():
 # -- (c) several steps per rollout -------------------------------------------------------------------
 
 
-def test_two_steps_per_rollout_trim_the_rest_and_count_policy_lag():
+def test_two_steps_per_rollout_trim_the_rest_and_count_staleness():
     cfg = config(train={"global_batch_size": 6, "micro_batch_size": 4, "num_steps_per_rollout": 2})
     trainer = Trainer(cfg)
     samples = favoured_batch(trainer)
@@ -193,7 +193,6 @@ def test_two_steps_per_rollout_trim_the_rest_and_count_policy_lag():
     assert [r["num_samples"] for r in records] == [6, 6]  # 4 of 16 trimmed, counted nowhere
     assert [r["staleness_max"] for r in records] == [2, 2]
     assert [r["staleness_mean"] for r in records] == [2, 2]
-    assert [r["policy_lag_max"] for r in records] == [2, 3]
     # Advantages came from the full groups, trimmed samples included.
     expected = compute_advantages([s.reward for s in samples], [s.group_id for s in samples], "grpo", True)
     assert [s.advantage for s in samples] == pytest.approx(expected)

@@ -9,7 +9,7 @@ import torch
 from fasync.config.schema import FasyncConfig
 from fasync.launch.actors import TrainerGroup
 from fasync.launch.plan import plan_resources
-from fasync.rollout.types import Sample
+from fasync.rollout.types import GroupId, Sample
 from fasync.train.trainer import Trainer
 
 torch.set_num_threads(1)
@@ -35,7 +35,7 @@ def rollout(seed: int) -> list[Sample]:
     for index in range(16):
         length = rng.randint(1, 3)
         samples.append(Sample(
-            group_id=index // 4, prompt_ids=[1] + [rng.randint(3, 12) for _ in range(3)] + [14],
+            group_id=GroupId(index // 4), prompt_ids=[1] + [rng.randint(3, 12) for _ in range(3)] + [14],
             output_ids=[rng.randint(2, 12) for _ in range(length)],
             behaviour_logprobs=[-rng.uniform(1.5, 3.5) for _ in range(length)],
             token_versions=[0] * length, reward=float(rng.random() < 0.5)))

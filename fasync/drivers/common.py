@@ -1,8 +1,7 @@
-"""What the three drivers share: actors, generation of prompt groups, step records."""
+"""What the three drivers share: actors, the weight version, generation of prompt groups, step records."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
 from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
+from fasync.staleness import VersionClock
 
 REWARD_WINDOW = 3
 """Rollouts averaged for `train.target_reward` early stopping."""
@@ -56,6 +56,24 @@ def version_stats(samples) -> dict:
     }
 
 
+class Stopwatch:
+    """`with Stopwatch() as watch: ...`, then `watch.seconds`: timing stays with the caller, so that no
+    command has to return how long it took."""
+
+    seconds = 0.0
+
+    def __enter__(self) -> "Stopwatch":
+        self._start = time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.monotonic() - self._start
+
+
+def trained_samples(records: list[dict]) -> int:
+    return sum(record["num_samples"] for record in records)
+
+
 @dataclass
 class RolloutBatch:
     groups: list[PromptGroup]
@@ -69,7 +87,11 @@ class RolloutBatch:
 
 
 class Run:
-    """State every driver keeps: the actors, the weight version, the ledger and the step records."""
+    """State every driver keeps: the actors, the weight version and when each was published, the ledger
+    and the step records.
+
+    `ledger` is the run's sample ledger. sync and async keep it here, where their samples are; fully_async's
+    rollouter keeps it, and the driver puts the copy each drain brings here."""
 
     def __init__(self, cfg: FasyncConfig, derived: Derived, plan: ResourcePlan, factory: GroupFactory,
                  run_dir: Path, progress: Progress, engines: list | None = None):
@@ -80,12 +102,12 @@ class Run:
         self.progress = progress
         self.writer = MetricsWriter(run_dir)
         self.ledger = Ledger()
-        self.ledger_lock = threading.Lock()
         self.factory = factory
         self._owns_engines = engines is None
         self.engines = engines if engines is not None else start_engines(cfg, plan)
         self.trainer = TrainerGroup(cfg, plan)
         self.version = 0
+        self.clock = VersionClock()
         self.step = 0
         self.recent_rewards: deque[float] = deque(maxlen=REWARD_WINDOW)
         self._last_record_time = time.monotonic()
@@ -99,20 +121,20 @@ class Run:
         start-up error of an actor that failed."""
         ray.get(self._first_push)
 
-    def sync_weights(self, wait: bool = True) -> float:
-        """Push the trainer's weights to every engine as the current version; returns the seconds the
-        caller was held. Without `wait` the push queues behind any generation in progress on an engine."""
-        start = time.monotonic()
-        pushes = push_weights(self.engines, self.trainer.state_dict_ref(), self.version)
+    def next_version(self) -> int:
+        """The trainer's weights become the next version, published after the steps taken so far."""
+        self.version += 1
+        self.clock.publish(self.version, self.step)
+        return self.version
+
+    def publish_weights(self, wait: bool = True) -> None:
+        """Push the trainer's weights to every engine as the next version. Without `wait` the push queues
+        behind any generation in progress on an engine."""
+        pushes = push_weights(self.engines, self.trainer.state_dict_ref(), self.next_version())
         if wait:
             ray.get(pushes)
-        return time.monotonic() - start
 
-    def bump_version(self, wait: bool = True) -> float:
-        self.version += 1
-        return self.sync_weights(wait)
-
-    def collect(self, version: int) -> RolloutBatch:
+    def collect(self) -> RolloutBatch:
         """One rollout of `rollout.batch_size` groups; with dynamic sampling, zero-variance groups are
         dropped and more prompts generated until the batch is full or the rounds run out."""
         cfg = self.cfg.rollout
@@ -122,8 +144,8 @@ class Run:
         rounds = 0
         want = cfg.batch_size
         while len(kept) < cfg.batch_size and rounds < (cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
-            groups = self.factory.new_groups(want, version)
-            self._account(produced=sum(g.size for g in groups))
+            groups = self.factory.new_groups(want)
+            self.ledger.admit(sum(g.size for g in groups))
             for group in generate(self.engines, groups, self.factory.params):
                 self.factory.score(group)
                 if cfg.dynamic_sampling and zero_variance(group):
@@ -135,29 +157,18 @@ class Run:
         surplus = kept[cfg.batch_size:]
         kept = kept[: cfg.batch_size]
         drops["surplus"] += sum(g.size for g in surplus)
-        with self.ledger_lock:
-            for reason, count in drops.items():
-                self.ledger.drop(reason, count)
-            self.ledger.in_flight -= sum(drops.values()) + sum(g.size for g in kept)
-            self.ledger.queued += sum(g.size for g in kept)
+        for reason, count in drops.items():
+            self.ledger.drop(reason, count)
+        self.ledger.deliver(sum(g.size for g in kept))
         return RolloutBatch(kept, time.monotonic() - start, rounds, drops)
 
-    def _account(self, produced: int) -> None:
-        with self.ledger_lock:
-            self.ledger.produced += produced
-            self.ledger.in_flight += produced
-
-    def train(self, rollout: int, batch: RolloutBatch, extra: dict | None = None) -> list[dict]:
-        """Train on one rollout (or drain) at the current version; returns its step records, not yet written."""
+    def train_batch(self, rollout: int, batch: RolloutBatch, extra: dict | None = None) -> list[dict]:
+        """Train on one rollout (or drain) at the current version; returns its step records, not yet written.
+        The ledger is the caller's to update: its samples may be elsewhere."""
         samples = batch.samples
         start = time.monotonic()
         steps = self.trainer.train_rollout(samples, self.version)
         train_time = time.monotonic() - start
-        consumed = sum(step["num_samples"] for step in steps)
-        with self.ledger_lock:
-            self.ledger.queued -= len(samples)
-            self.ledger.consumed += consumed
-            self.ledger.drop("trimmed", len(samples) - consumed)
         self.recent_rewards.append(sum(s.reward for s in samples) / max(len(samples), 1))
         batch_stats = version_stats(samples)
         records = []
@@ -176,6 +187,8 @@ class Run:
                 **batch_stats,
                 **(extra or {}),
                 **step,
+                # The step's oldest sample came from version `weight_version − staleness_max`.
+                "policy_lag_max": self.clock.lag_steps(self.step, self.version - step["staleness_max"]),
             }
             record.setdefault("train_time_s", train_time / len(steps))
             self.step += 1
@@ -193,8 +206,7 @@ class Run:
         for record in records:
             record["tokens_per_s"] = tokens / elapsed
             record["samples_per_s"] = samples / elapsed
-            with self.ledger_lock:
-                record["ledger_balanced"] = self.ledger.balanced
+            record["ledger_balanced"] = self.ledger.balanced
             self.progress.update(self.writer.write(record))
             if record.get("skipped"):
                 self.progress.message(f"warning: step {record['step']} took no optimizer step: {record['skip_reason']}")

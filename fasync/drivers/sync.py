@@ -5,14 +5,24 @@ Every trained sample comes from the weights the trainer holds (staleness 0).
 
 from __future__ import annotations
 
-from fasync.drivers.common import Run
+from fasync.drivers.common import Run, Stopwatch, trained_samples
 
 
-def run_sync(run: Run) -> None:
-    run.wait_until_ready()
-    for rollout in range(run.cfg.train.num_rollouts):
-        batch = run.collect(run.version)
-        records = run.train(rollout, batch)
-        run.write(records, run.bump_version())
-        if run.reached_target():
-            break
+class SyncDriver:
+    mode = "sync"
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    def train(self) -> None:
+        run = self.run
+        run.wait_until_ready()
+        for rollout in range(run.cfg.train.num_rollouts):
+            batch = run.collect()
+            records = run.train_batch(rollout, batch)
+            run.ledger.train(len(batch.samples), trained_samples(records))
+            with Stopwatch() as sync:
+                run.publish_weights()
+            run.write(records, sync.seconds)
+            if run.reached_target():
+                break

@@ -79,20 +79,6 @@ def _start_ray(cfg: FasyncConfig, plan) -> bool:
     return True
 
 
-def _driver(mode: str):
-    if mode == "sync":
-        from fasync.drivers.sync import run_sync
-
-        return run_sync
-    if mode == "async":
-        from fasync.drivers.async_ import run_async
-
-        return run_async
-    from fasync.drivers.fully_async import run_fully_async
-
-    return run_fully_async
-
-
 def summarize(run, started: float, outcome: str) -> dict:
     history = run.writer.history
     last = history[-1] if history else {}
@@ -160,6 +146,7 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
 def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
     import ray
 
+    from fasync.drivers import driver_for
     from fasync.drivers.common import Run
     from fasync.metrics.progress import Progress
 
@@ -173,7 +160,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})") as progress:
             run = Run(cfg, derive(cfg), plan, factory, directory, progress)
-            _driver(cfg.mode)(run)
+            driver_for(run).train()
             if cfg.checkpoint.save_final:
                 run.trainer.save(str(directory / "final.pt"))
     except KeyboardInterrupt:

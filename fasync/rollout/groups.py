@@ -7,19 +7,16 @@ import random
 from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
-from fasync.rollout.types import Generation, Sample, SamplingParams
+from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams
 
 
 @dataclass
 class PromptGroup:
-    group_id: int
+    group_id: GroupId
     prompt: str
     label: str
     requests: list[Generation]
     """n_samples_per_prompt completions of the same prompt, filled in by the engines."""
-    admitted_version: int
-    resumes: int = 0
-    """How many times a weight sync interrupted this group and it was resumed from its prefix."""
     samples: list[Sample] = field(default_factory=list)
 
     @property
@@ -54,21 +51,23 @@ class GroupFactory:
         self.dataset = dataset
         self.reward_fn = reward_fn
         self.rng = random.Random(cfg.data.seed)
-        self._group_ids = itertools.count()
+        self._draws = itertools.count()
         self._request_ids = itertools.count()
         self.params = sampling_params(cfg, tuple(tokenizer.stop_token_ids))
 
-    def new_groups(self, count: int, version: int) -> list[PromptGroup]:
-        return [self._group(problem.prompt, problem.label, version) for problem in self.dataset.sample(count, self.rng)]
+    def new_groups(self, count: int) -> list[PromptGroup]:
+        """The next `count` prompts drawn, as groups of requests."""
+        return [self._group(GroupId(next(self._draws)), problem.prompt, problem.label)
+                for problem in self.dataset.sample(count, self.rng)]
 
-    def again(self, group: PromptGroup, version: int) -> PromptGroup:
-        """A fresh group for the same prompt (regenerating one that became too stale)."""
-        return self._group(group.prompt, group.label, version)
+    def again(self, group: PromptGroup) -> PromptGroup:
+        """A fresh group for the same prompt (regenerating one that became too stale): the next attempt."""
+        return self._group(GroupId(group.group_id.draw, group.group_id.attempt + 1), group.prompt, group.label)
 
-    def _group(self, prompt: str, label: str, version: int) -> PromptGroup:
+    def _group(self, group_id: GroupId, prompt: str, label: str) -> PromptGroup:
         prompt_ids = list(self.tokenizer.format_prompt(prompt))
         requests = [Generation(request_id=next(self._request_ids), prompt_ids=prompt_ids) for _ in range(self.n)]
-        return PromptGroup(next(self._group_ids), prompt, label, requests, admitted_version=version)
+        return PromptGroup(group_id, prompt, label, requests)
 
     def score(self, group: PromptGroup) -> PromptGroup:
         stops = set(self.tokenizer.stop_token_ids)

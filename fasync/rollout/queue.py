@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import time
 from collections.abc import Callable
 
 
@@ -32,26 +31,18 @@ class GroupQueue:
         self._order = itertools.count()
         self._changed = asyncio.Condition()
         self._closed = False
-        self.total_put = 0
-        self.total_got = 0
-        self.put_wait_s = 0.0
-        self.get_wait_s = 0.0
 
     async def put(self, item) -> None:
-        start = time.monotonic()
         async with self._changed:
             await self._changed.wait_for(lambda: self._closed or len(self._items) < self.max_size)
             if self._closed:
                 raise QueueClosed("queue is shut down")
             rank = self.priority(item) if self.priority is not None else 0
             heapq.heappush(self._items, (rank, next(self._order), item))
-            self.total_put += 1
-            self.put_wait_s += time.monotonic() - start
             self._changed.notify_all()
 
     async def get(self, count: int, timeout: float | None = None) -> list:
         """The first `count` items, waiting until there are that many; fewer only on timeout or shutdown."""
-        start = time.monotonic()
         async with self._changed:
             try:
                 await asyncio.wait_for(
@@ -60,23 +51,11 @@ class GroupQueue:
             except asyncio.TimeoutError:
                 pass
             taken = [heapq.heappop(self._items)[2] for _ in range(min(count, len(self._items)))]
-            self.total_got += len(taken)
-            self.get_wait_s += time.monotonic() - start
             self._changed.notify_all()
             return taken
 
     def size(self) -> int:
         return len(self._items)
-
-    def stats(self) -> dict:
-        return {
-            "queue_size": len(self._items),
-            "queue_max_size": self.max_size,
-            "queue_total_put": self.total_put,
-            "queue_total_got": self.total_got,
-            "queue_put_wait_s": self.put_wait_s,
-            "queue_get_wait_s": self.get_wait_s,
-        }
 
     async def shutdown(self) -> list:
         """Close the queue and return what was left in it."""

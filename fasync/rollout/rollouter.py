@@ -12,8 +12,10 @@ depends on changes (a drain, a delivery, a drop, a new version, the stop).
 Each engine has at most one generate call outstanding, so a weight sync only
 has to wait for (or, with partial rollout, abort) that call before loading.
 
-The queue lives in this actor: a delivery is a local put, and the trainer's
-drain is one call that also returns the ledger and the queue's counters.
+The queue and the run's sample ledger live in this actor, where the samples are:
+a delivery is a local put, the trainer's drain is one call that drops the groups
+too stale for the version it trains at and returns the rest with a copy of the
+ledger, and the trainer reports back what it trained.
 """
 
 from __future__ import annotations
@@ -21,13 +23,33 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import Counter, deque
+from collections import deque
+from dataclasses import dataclass, field
 
+from fasync import staleness as versions
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
 from fasync.launch.actors import pack, unpack
+from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """The rollouter as a drain leaves it. Times and `resumed_groups` are totals since the start."""
+
+    ledger: Ledger = field(default_factory=Ledger)
+    version: int = 0
+    """The weight version the engines hold."""
+    queue_size: int = 0
+    """Prompt groups left in the queue."""
+    pause_s: float = 0.0
+    """Seconds generation was paused for weight syncs."""
+    busy_s: float = 0.0
+    """Seconds the engines spent in generate calls (summed over the engines)."""
+    resumed_groups: int = 0
+    """Groups a weight sync interrupted that went on from their prefix under the new weights."""
 
 
 class Rollouter:
@@ -49,16 +71,12 @@ class Rollouter:
         self._calls_done = asyncio.Condition()
         self._retry: deque[PromptGroup] = deque()
         self._changed = asyncio.Event()
-        # Ledger, in samples: produced = in_flight + dropped + put.
-        self.produced = 0
-        self.in_flight = 0
-        self.put = 0
-        self.dropped: Counter = Counter()
+        self.ledger = Ledger()
+        # Admission counts prompt groups: those headed for training are admitted − dropped.
         self.groups_admitted = 0
         self.groups_dropped = 0
         self.pause_s = 0.0
         self.busy_s = 0.0
-        self.syncs = 0
         self.resumed_groups = 0
 
     # -- admission -------------------------------------------------------------------------------
@@ -68,26 +86,22 @@ class Rollouter:
         return self.groups_admitted - self.groups_dropped
 
     def _fresh_enough(self, ahead: int) -> bool:
-        bound = self.cfg.async_.max_weight_staleness
-        if bound is None:
-            return True
-        drain = ahead // self.cfg.rollout.batch_size
-        return drain // self.cfg.async_.update_weights_interval - self.version <= bound
+        return versions.may_generate(ahead // self.cfg.rollout.batch_size, self.version,
+                                     self.cfg.async_.update_weights_interval, self.cfg.async_.max_weight_staleness)
 
     def _admit(self, most: int) -> list[PromptGroup]:
-        room = self.derived.max_queue_size - self.queue.size() - self.in_flight // self.n
-        slots = (self.derived.max_concurrent_samples - self.in_flight) // self.n
+        in_flight = self.ledger.in_flight
+        room = self.derived.max_queue_size - self.queue.size() - in_flight // self.n
+        slots = (self.derived.max_concurrent_samples - in_flight) // self.n
         count = 0
         while count < min(room, slots, most) and self._fresh_enough(self._groups_ahead() + count):
             count += 1
         groups = []
         while self._retry and len(groups) < count:
-            groups.append(self.factory.again(self._retry.popleft(), self.version))
-        groups += self.factory.new_groups(count - len(groups), self.version)
+            groups.append(self.factory.again(self._retry.popleft()))
+        groups += self.factory.new_groups(count - len(groups))
         self.groups_admitted += len(groups)
-        admitted = sum(g.size for g in groups)
-        self.produced += admitted
-        self.in_flight += admitted
+        self.ledger.admit(sum(g.size for g in groups))
         return groups
 
     # -- generation ------------------------------------------------------------------------------
@@ -96,12 +110,11 @@ class Rollouter:
         """One generate call over the groups' unfinished requests, which come back continued: finished,
         or unfinished when the call was aborted or spent its `tokens_per_call`."""
         pending = [req for group in groups for req in group.requests if not req.finished]
-        for group in groups:
-            # Continuing tokens an older version produced is what partial rollout means by a resume.
-            if any(req.token_versions and req.token_versions[-1] != self.version
-                   for req in group.requests if not req.finished):
-                group.resumes += 1
-                self.resumed_groups += 1
+        # Continuing tokens an older version produced is what partial rollout means by a resume.
+        self.resumed_groups += sum(
+            any(req.token_versions and req.token_versions[-1] != self.version for req in group.requests
+                if not req.finished)
+            for group in groups)
         self._calls += 1
         started = time.monotonic()
         try:
@@ -121,13 +134,11 @@ class Rollouter:
             self._drop(group, "zero_variance")
             return
         await self.queue.put(group)
-        self.in_flight -= group.size
-        self.put += group.size
+        self.ledger.deliver(group.size)
         self._changed.set()
 
-    def _drop(self, group: PromptGroup, reason: str) -> None:
-        self.in_flight -= group.size
-        self.dropped[reason] += group.size
+    def _drop(self, group: PromptGroup, reason: DropReason) -> None:
+        self.ledger.drop(reason, group.size)
         self.groups_dropped += 1
         self._changed.set()
 
@@ -158,21 +169,40 @@ class Rollouter:
         for group in active:
             self._drop(group, "unfinished_at_stop")
 
-    async def run(self) -> dict:
+    async def run(self) -> Ledger:
+        """Generate until `stop`; returns the final ledger."""
         await asyncio.gather(*(self._engine_loop(engine) for engine in self.engines))
-        return self.ledger()
+        return self.ledger
 
     # -- control from the driver -----------------------------------------------------------------
 
-    async def take(self, count: int) -> bytes:
-        """The oldest `count` groups once the queue holds them (fewer only at shutdown), with the ledger and
-        the queue's counters as they are right after taking them: `(groups, state)`, `pack`ed."""
-        groups = await self.queue.get(count)
-        self._changed.set()
-        return pack((groups, {**self.ledger(), **self.queue.stats()}))
+    async def take(self, count: int, train_version: int) -> bytes:
+        """The oldest `count` groups fresh enough to train on at `train_version`, once the queue holds them
+        (fewer only at shutdown), and the `RolloutState` right after taking them: `(groups, state)`, `pack`ed.
 
-    async def update_weights(self, weights: list, version: int) -> float:
-        """Pause generation, load `version` into every engine, resume; returns the pause in seconds.
+        Groups too stale for `train_version` are dropped (or regenerated) here, without being sent."""
+        bound = self.cfg.async_.max_weight_staleness
+        fresh: list[PromptGroup] = []
+        while len(fresh) < count:
+            groups = await self.queue.get(count - len(fresh))
+            if not groups:
+                break  # the queue was shut down
+            for group in groups:
+                if versions.too_stale(train_version, group.oldest_version, bound):
+                    self._drop(group, "stale")
+                    if self.cfg.async_.stale_policy == "regenerate":
+                        self._retry.append(group)
+                else:
+                    fresh.append(group)
+            self._changed.set()
+        return pack((fresh, self.state()))
+
+    def report_trained(self, taken: int, trained: int) -> None:
+        """The trainer trained on `trained` of the `taken` samples of a drain (the rest were trimmed)."""
+        self.ledger.train(taken, trained)
+
+    async def update_weights(self, weights: list, version: int) -> None:
+        """Pause generation, load `version` into every engine, resume.
 
         `weights` is a one-item list holding the reference to the trainer's weights, so that Ray hands
         this actor the reference and not the arrays: each engine fetches them from the object store.
@@ -194,37 +224,18 @@ class Rollouter:
             await self._calls_done.wait_for(lambda: self._calls == 0)
         await asyncio.gather(*loads)
         self.version = version
-        self.syncs += 1
         self._running.set()
         self._changed.set()
-        paused = time.monotonic() - start
-        self.pause_s += paused
-        return paused
+        self.pause_s += time.monotonic() - start
 
-    def report_stale(self, groups: list[PromptGroup]) -> None:
-        """The trainer found these groups too stale to train on: free their places and maybe regenerate."""
-        self.groups_dropped += len(groups)
-        if self.cfg.async_.stale_policy == "regenerate":
-            self._retry.extend(groups)
-        self._changed.set()
-
-    async def stop(self) -> dict:
-        """Stop generating and close the queue; groups left in it stay counted as put."""
+    async def stop(self) -> None:
+        """Stop generating and close the queue; groups left in it stay counted as queued."""
         self._stopping = True
         self._running.set()
         self._changed.set()
         await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
         await self.queue.shutdown()
-        return self.ledger()
 
-    def ledger(self) -> dict:
-        return {
-            "produced": self.produced,
-            "in_flight": self.in_flight,
-            "put": self.put,
-            "dropped": dict(self.dropped),
-            "version": self.version,
-            "pause_s": self.pause_s,
-            "busy_s": self.busy_s,
-            "resumed_groups": self.resumed_groups,
-        }
+    def state(self) -> RolloutState:
+        return RolloutState(self.ledger.copy(), self.version, self.queue.size(), self.pause_s, self.busy_s,
+                            self.resumed_groups)

@@ -5,7 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
+from fasync import staleness as versions
+
 FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True, order=True)
+class GroupId:
+    """A prompt group's identity for the whole run: the `draw`-th prompt drawn from the dataset (from 0)
+    and the `attempt` at generating it (0; a stale group regenerated keeps its draw and takes the next
+    attempt). Prompts are drawn from one seeded stream, so the same seed gives the same prompt the same
+    id in every run."""
+
+    draw: int
+    attempt: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.draw}.{self.attempt}"
 
 
 @dataclass(frozen=True)
@@ -42,7 +58,7 @@ class Generation:
 class Sample:
     """A scored completion ready for training."""
 
-    group_id: int
+    group_id: GroupId
     prompt_ids: list[int]
     output_ids: list[int]
     behaviour_logprobs: list[float]
@@ -63,4 +79,4 @@ class Sample:
 
     def staleness(self, current_version: int) -> int:
         """Versions between the trainer's weights and the oldest weights that produced any token."""
-        return current_version - self.oldest_version
+        return versions.staleness(current_version, self.oldest_version)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from statistics import fmean, pstdev
 from typing import Literal
 
@@ -13,7 +13,7 @@ STD_EPS = 1e-6
 
 def compute_advantages(
     rewards: Sequence[float],
-    group_ids: Sequence[int],
+    group_ids: Sequence[Hashable],
     estimator: Literal["grpo", "reinforce_baseline"],
     normalize_std: bool,
 ) -> list[float]:
@@ -21,7 +21,7 @@ def compute_advantages(
     on the mean of the whole batch. With `normalize_std` the centred reward is divided by the (population)
     std of the same set."""
     if estimator == "grpo":
-        members: dict[int, list[int]] = defaultdict(list)
+        members: dict[Hashable, list[int]] = defaultdict(list)
         for index, group in enumerate(group_ids):
             members[group].append(index)
         sets = list(members.values())

@@ -80,8 +80,8 @@ class Trainer:
             for batches in step_batches:
                 for batch in batches:
                     batch.anchor_logp = self._logprobs(batch)
-        return [self._step(index, [samples[i] for i in step], batches, current_version)
-                for index, (step, batches) in enumerate(zip(steps, step_batches))]
+        return [self._step([samples[i] for i in step], batches, current_version)
+                for step, batches in zip(steps, step_batches)]
 
     def _micro_batches(self, samples: list[Sample], steps: list[range]) -> list[list[MicroBatch]]:
         micro = self.cfg.train.micro_batch_size
@@ -98,7 +98,7 @@ class Trainer:
                                  batch.position_ids, self.cfg.rollout.temperature)
         return logp
 
-    def _step(self, index: int, step_samples: list[Sample], batches: list[MicroBatch], current_version: int) -> dict:
+    def _step(self, step_samples: list[Sample], batches: list[MicroBatch], current_version: int) -> dict:
         start = time.monotonic()
         train = self.cfg.train
         anchor = self.derived.ratio_anchor
@@ -179,8 +179,6 @@ class Trainer:
             "response_length_mean": sum(len(s.output_ids) for s in step_samples) / max(len(step_samples), 1),
             "staleness_mean": sum(staleness) / max(len(staleness), 1),
             "staleness_max": max(staleness, default=0),
-            # Each earlier step of this rollout already moved the weights once more.
-            "policy_lag_max": max(staleness, default=0) + index,
             "train_time_s": time.monotonic() - start,
             **correction_metrics,
         })
