@@ -55,9 +55,7 @@ class Simulation:
 
     def _admit(self, count: int) -> list[Group]:
         groups = self.work.new_groups(count)
-        samples = self.n * len(groups)
-        self.ledger.produced += samples
-        self.ledger.in_flight += samples
+        self.ledger.admit(self.n * len(groups))
         return groups
 
     def _generate_rollout(self, groups: list[Group], start: float, version: int,
@@ -76,9 +74,7 @@ class Simulation:
             self.recorder.engine_busy[engine].append((begin, begin + duration))
             engine_free[engine] = begin + duration
             end = max(end, begin + duration)
-        samples = self.n * len(groups)
-        self.ledger.in_flight -= samples
-        self.ledger.queued += samples
+        self.ledger.deliver(self.n * len(groups))
         return end
 
     def _train(self, groups: list[Group], version: int, start: float, slowdown: float) -> tuple[float, int, int]:
@@ -89,8 +85,7 @@ class Simulation:
         duration = self.costs.train_call(runs, micro, ranks, self.derived.ratio_anchor == "recompute") * slowdown
         self.recorder.train_calls.append((duration, slowdown * self.costs.optimizer_steps(runs, micro, ranks)))
         trained = self.n * len(groups) - trimmed
-        self.ledger.consumed += trained
-        self.ledger.drop("trimmed", trimmed)
+        self.ledger.train(self.n * len(groups), trained)
         self.recorder.train(steps, version)
         self.recorder.trainer_busy.append((start, start + duration))
         return start + duration, trained, len(steps)
@@ -110,7 +105,6 @@ class Simulation:
             for group in groups:
                 self.recorder.hand_over(group, stale=False)
             now, trained, steps = self._train(groups, version, now, 1.0)
-            self.ledger.queued -= self.n * len(groups)
             version += 1
             self.recorder.publish(version)
             self.loads = [loads + 1 for loads in self.loads]
@@ -165,7 +159,6 @@ class Simulation:
             generating = any(end_ > now for busy in self.recorder.engine_busy for _, end_ in busy[-1:])
             now, trained, steps = self._train(groups, train_version(rollout, interval), now,
                                               self._slowdown(generating))
-            self.ledger.queued -= self.n * len(groups)
             if (rollout + 1) % interval == 0:
                 version += 1
                 self.recorder.publish(version)
@@ -204,7 +197,6 @@ class FullyAsync:
         self.admitted = 0
         self.dropped_groups = 0
         self.retry: deque[Group] = deque()
-        self.put = 0
         self.active: list[list[Group]] = [[] for _ in range(sim.engines)]
         self.calls: list[Optional[Call]] = [None] * sim.engines
         self.call_ids = [0] * sim.engines
@@ -218,7 +210,6 @@ class FullyAsync:
         # The trainer.
         self.trainer_version = 0
         self.drain = 0
-        self.got = 0
         self.request: Optional[int] = None
         """Groups the outstanding take waits for."""
         self.taken: Optional[list[Group]] = None
@@ -260,8 +251,7 @@ class FullyAsync:
         groups = []
         while self.retry and len(groups) < count:
             groups.append(self.sim.work.again(self.retry.popleft()))
-            self.sim.ledger.produced += self.n
-            self.sim.ledger.in_flight += self.n
+            self.sim.ledger.admit(self.n)
         groups += self.sim._admit(count - len(groups))
         self.admitted += len(groups)
         self.in_flight_groups += len(groups)
@@ -298,8 +288,7 @@ class FullyAsync:
             heapq.heappush(self.queue, (group.oldest_version, next(self.order), group))
             sim.recorder.queue(self.now, len(self.queue))
             self.in_flight_groups -= 1
-            self.put += self.n
-            sim.ledger.in_flight -= self.n
+            sim.ledger.deliver(self.n)
         self.active[engine] = [g for g in active if not g.finished]
         self.changed()
         self.serve_take()
@@ -376,7 +365,6 @@ class FullyAsync:
         """Check the taken groups at the trainer's version; take more until the drain has enough fresh ones."""
         groups, self.taken = self.taken, None
         sim = self.sim
-        self.got += self.n * len(groups)
         stale = [too_stale(self.trainer_version, g.oldest_version, self.bound) for g in groups]
         for group, is_stale in zip(groups, stale):
             sim.recorder.hand_over(group, is_stale)
@@ -418,10 +406,7 @@ class FullyAsync:
 
     def end_drain(self) -> None:
         trained, steps = self.last_trained
-        ledger = self.sim.ledger
-        # As the driver accounts it: what the rollouter put and the driver has not got is queued.
-        ledger.queued = self.put - self.got
-        self.sim.recorder.record(self.now, trained, steps, ledger)
+        self.sim.recorder.record(self.now, trained, steps, self.sim.ledger)
         self.drain += 1
         if self.drain >= self.cfg.train.num_rollouts:
             self.finished = True
