@@ -68,10 +68,11 @@ def check(
     select: Annotated[str | None, typer.Option(help="Only these rule codes or prefixes (comma list).")] = None,
     ignore: Annotated[str | None, typer.Option(help="Skip these rule codes or prefixes (comma list).")] = None,
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even with findings (2 still means "
-                                            "a config could not be loaded).")] = False,
+                                            "the check could not run).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line.")] = False,
 ) -> None:
-    """Lint config files. Exit 0: clean, 1: errors (or warnings with --strict), 2: unloadable or bad usage."""
+    """Lint config files. Exit 0: clean, 1: problems found (errors, load problems included, or warnings with
+    --strict), 2: the check could not run (bad usage, a named file missing, an internal error)."""
     from fasync.lint.engine import check_files, exit_code
     from fasync.lint.formats import render
 
@@ -124,7 +125,7 @@ def config_show(
     result = load_config(files[0], overrides)
     if result.config is None:
         typer.echo(render(result.diagnostics, "text", files=1, color=_use_color()), err=True)
-        raise typer.Exit(ExitCode.USAGE)
+        raise typer.Exit(ExitCode.FAILED if Path(files[0]).is_file() else ExitCode.USAGE)
     typer.echo(show(result, format.value))
 
 
@@ -137,8 +138,8 @@ def train(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Load, check and plan the actors, print the plan, "
                                           "and exit without training.")] = False,
 ) -> None:
-    """Check the config, start the actors on Ray and train. Exit 0: done, 1: errors or a failed run,
-    2: unloadable config, 130: interrupted."""
+    """Check the config, start the actors on Ray and train. Exit 0: done, 1: problems in the config or a failed
+    run, 2: bad usage or a missing config file, 130: interrupted."""
     from fasync.launch.run import train as run_training
 
     files, overrides = split_targets(targets)

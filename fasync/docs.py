@@ -87,7 +87,7 @@ def render_rules_md() -> str:
     lines = [
         "# Rules", "", GENERATED, "",
         ("Codes reported by `fasync check`. `F` codes are problems loading the config (file, YAML, schema); "
-        "a config with any of them is not linted further and `fasync check` exits 2. The other codes are "
+        "a config with any of them is not linted further. Any error exits 1 (2 only when the check could not run). The other codes are "
         "lint rules; silence one per config with `lint.ignore: [CODE]` or per run with `--ignore CODE` "
         "(prefixes work: `--ignore S00`). `fasync rule CODE` prints an entry below."), "",
         "Rule families: " + "; ".join(f"`{letter}` {what}" for letter, what in FAMILIES.items()) + ".", "",

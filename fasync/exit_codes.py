@@ -9,8 +9,10 @@ class ExitCode(IntEnum):
     OK = 0
     """Clean check, or a finished run."""
     FAILED = 1
-    """Problems found in a config (errors, or warnings under `--strict`), or a run that failed."""
+    """Problems found in a config (errors, load problems included, or warnings under `--strict`), or a run that
+    failed."""
     USAGE = 2
-    """Bad usage, a config file that cannot be loaded, or an internal error."""
+    """The tool could not run: bad usage, a file named on the command line that does not exist, an internal
+    error."""
     INTERRUPTED = 130
     """A run stopped by Ctrl-C (128 + SIGINT)."""

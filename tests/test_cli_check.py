@@ -30,8 +30,8 @@ train:
 
 
 def _big_batch(cfg, derived):
-    if cfg.train.global_batch_size > 100:
-        yield Finding("train.global_batch_size", f"global batch of {cfg.train.global_batch_size} samples",
+    if derived.effective_global_batch_size > 100:
+        yield Finding("train.global_batch_size", f"global batch of {derived.effective_global_batch_size} samples",
                       "use at most 100")
 
 
@@ -84,7 +84,7 @@ def test_rule_findings_are_located_where_the_value_was_set(probes, clean):
 
 def test_a_default_value_finding_points_at_the_nearest_parent(probes, tmp_path):
     path = tmp_path / "big.yaml"
-    path.write_text("mode: sync\ntrain:\n  micro_batch_size: 8\n")  # global_batch_size: default 256
+    path.write_text("mode: sync\ntrain:\n  micro_batch_size: 8\n")  # global_batch_size: derived, 256
     (diagnostic,) = lint(load_config(path), select=["ZW"])
     assert diagnostic.location == Location(str(path), 2, 1)
 
@@ -118,8 +118,17 @@ def test_exit_codes(probes, clean, tmp_path):
     assert check(clean, *warning, "--select", "Z", "--strict").exit_code == 1
     assert check(clean, "train.kl_coef=0.1", "--select", "Z").exit_code == 1
     assert check(clean, "train.kl_coef=0.1", "--select", "Z", "--exit-zero").exit_code == 0
-    assert check(clean, "train.lr=fast", "--exit-zero").exit_code == 2
+    # As ruff: a problem found in a config exits 1, whatever stage found it; 2 means the check could not run.
+    broken = {"syntax": "train: {lr: [1e-3\n", "duplicate": "train: {lr: 1, lr: 2}\n",
+              "unknown": "train:\n  global_batchsize: 8\n", "type": "train:\n  lr: fast\n",
+              "base": "extends: nowhere.yaml\n", "cycle": "extends: cycle.yaml\n"}
+    for name, text in broken.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+        assert check(tmp_path / f"{name}.yaml").exit_code == 1, name
+    assert check(clean, "train.lr=fast", "--exit-zero").exit_code == 0
     assert check(tmp_path / "missing.yaml").exit_code == 2
+    assert check(clean, tmp_path / "missing.yaml").exit_code == 2
+    assert check(clean, "train.seed=13", "--select", "Z").exit_code == 2  # a rule crashed: an internal error
     assert check("train.lr=1").exit_code == 2  # overrides but no file
     assert check(clean, "--format", "xml").exit_code == 2
 
@@ -138,7 +147,7 @@ def test_overrides_apply_to_every_file(clean, tmp_path):
     result = check(clean, other, "train.lr=-1", "--format", "json")
     records = json.loads(result.stdout)
     assert [(r["code"], r["file"], r["line"]) for r in records] == [("F007", "<cli>", 1)] * 2
-    assert result.exit_code == 2
+    assert result.exit_code == 1
 
 
 def test_summary_counts_files(clean, tmp_path):
@@ -183,11 +192,12 @@ def test_config_show_prints_values_origins_and_derived(clean):
     assert "samples_per_rollout: 16" in yaml_text
 
 
-def test_config_show_of_a_broken_config_exits_2(tmp_path):
+def test_config_show_of_a_broken_config_exits_1(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("train:\n  lr: fast\n")
     result = runner.invoke(app, ["config", "show", str(path)])
-    assert result.exit_code == 2 and "F007" in result.stderr
+    assert result.exit_code == 1 and "F007" in result.stderr
+    assert runner.invoke(app, ["config", "show", str(tmp_path / "missing.yaml")]).exit_code == 2
 
 
 def test_schema_is_draft_07_and_self_contained():

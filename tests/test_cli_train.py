@@ -37,10 +37,10 @@ def fasync(*args: str, cwd: Path = REPO, env_extra: dict | None = None) -> subpr
                           text=True, timeout=300)
 
 
-def test_a_config_that_cannot_load_exits_2_before_anything_starts(tmp_path):
+def test_a_config_that_cannot_load_exits_1_before_anything_starts(tmp_path):
     config = write_config(tmp_path, train={"global_batch_sise": 128})
     result = fasync("train", str(config), "--run-dir", str(tmp_path / "out"))
-    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr
     assert "global_batch_sise" in result.stdout and "did you mean" in result.stdout
     assert not (tmp_path / "out").exists()
     assert "Traceback" not in result.stdout + result.stderr

@@ -121,12 +121,13 @@ def test_sync_interval_states_the_lag_in_optimizer_steps(tmp_path):
 
 
 @pytest.mark.parametrize("text, overrides, age", [
-    ("mode: async\ncorrection:\n  level: none\n", [], "with a worst policy lag of 1 optimizer step"),
-    ("mode: async\ncorrection:\n  level: none\n", ["train.global_batch_size=128"],
+    ("mode: async\ncorrection:\n  ratio_anchor: proximal\n", [], "with a worst policy lag of 1 optimizer step"),
+    ("mode: async\ncorrection:\n  ratio_anchor: proximal\n", ["train.global_batch_size=128"],
      "with a worst policy lag of 3 optimizer steps (1.5 versions), (staleness 1 + 1) × interval 1 × 2 steps per rollout − 1"),
     ("mode: sync\ncorrection:\n  level: none\n  ratio_anchor: proximal\n", ["train.global_batch_size=64"],
      "with a worst policy lag of 3 optimizer steps (0.75 versions), 4 steps per rollout − 1"),
-    ("mode: async\nasync:\n  max_weight_staleness: null\ncorrection:\n  level: none\n", [], "with unbounded staleness"),
+    ("mode: async\nasync:\n  max_weight_staleness: null\ncorrection:\n  ratio_anchor: recompute\n", [],
+     "with unbounded staleness"),
 ])
 def test_uncorrected_staleness_states_the_lag_in_optimizer_steps(text, overrides, age, tmp_path):
     assert _message("C004", text, tmp_path, overrides).endswith(age)
@@ -140,14 +141,34 @@ def test_sliced_completions_state_the_lag_a_raised_bound_costs(tmp_path):
             "optimizer steps (2.5 versions) now)") in diagnostic.help
 
 
-def test_multi_step_staleness_is_a_warning_and_names_both_fixes(tmp_path):
+def test_multi_step_staleness_is_a_warning_with_fixes_that_fit_the_mode(tmp_path):
     path = config_file(tmp_path, FULLY_ASYNC + "async:\n  max_weight_staleness: 2\ntrain:\n  global_batch_size: 64\n")
     (diagnostic,) = findings(path, code="S001")
     assert diagnostic.severity is Severity.WARNING
-    assert "`train.use_dynamic_global_batch_size: true`" in diagnostic.help
-    assert "`train.global_batch_size: 256`" in diagnostic.help
+    assert diagnostic.help == ("set `rollout.batch_size: 8` (= global batch 64 / 8 samples per prompt: each drain is "
+                               "one step of the same 64 samples); or set `train.global_batch_size: 256` (= samples "
+                               "per drain: the whole drain is one step)")  # no dynamic batch: redundant here (S002)
+    (in_async,) = findings(path, ["mode=async"], code="S001")
+    assert in_async.help.endswith("or set `train.use_dynamic_global_batch_size: true` and remove "
+                                  "`train.global_batch_size` (every rollout is one step, whatever its size)")
     assert findings(path, ["mode=sync"], code="S001") == []
-    assert findings(path, ["async.max_weight_staleness=null"], code="S001") == []
+
+
+def test_several_steps_per_drain_without_a_bound_warn_too(tmp_path):
+    path = config_file(tmp_path, FULLY_ASYNC + "async:\n  max_weight_staleness: null\ntrain:\n  global_batch_size: 64\n")
+    (diagnostic,) = findings(path, code="S001")
+    assert diagnostic.severity is Severity.WARNING
+    assert ("4 optimizer steps per drain (256 samples / global batch 64): with no staleness bound "
+            "(`async.max_weight_staleness` null) the policy lag is unbounded") in diagnostic.message
+    assert findings(path, ["mode=async"], code="S001")
+
+
+def test_a_fix_that_would_add_a_warning_is_not_offered(tmp_path):
+    # Four engines and 8 prompts per rollout: shrinking the rollout to 2 prompts would idle two engines (R004).
+    text = ("mode: async\nrollout:\n  batch_size: 8\n  n_samples_per_prompt: 8\ntrain:\n  global_batch_size: 16\n"
+            "resources:\n  num_rollout_engines: 4\ncorrection:\n  level: token\n")
+    (diagnostic,) = findings(config_file(tmp_path, text), code="S001")
+    assert "rollout.batch_size" not in diagnostic.help and "`train.global_batch_size: 64`" in diagnostic.help
 
 
 @pytest.mark.parametrize("bound, per_call, policy, calls, fix", [
@@ -242,3 +263,46 @@ def test_shipped_configs_pass_strict(path):
 def test_diagnostic_configs_show_a_finding(path):
     assert findings(path)
     assert CliRunner().invoke(app, ["check", "--strict", str(path)]).exit_code == 1
+
+
+@pytest.mark.parametrize("mask", ["reject_token_ratio: [0.5, 2.0]", "reject_sequence_ratio: [0.5, 2.0]", "reject_kl: 0.1"])
+def test_rejection_counts_as_correction(mask, tmp_path):
+    partial = "mode: fully_async\nasync:\n  partial_rollout: true\ncorrection:\n  ratio_anchor: proximal\n"
+    assert [d.code for d in findings(config_file(tmp_path, partial))] == ["S005"]
+    assert findings(config_file(tmp_path, partial + f"  {mask}\n")) == []
+    stale = "mode: async\ncorrection:\n  ratio_anchor: proximal\n"
+    assert [d.code for d in findings(config_file(tmp_path, stale))] == ["C004"]
+    assert findings(config_file(tmp_path, stale + f"  {mask}\n")) == []
+
+
+@pytest.mark.parametrize("text, anchor", [
+    ("mode: sync\n", "recompute"),
+    ("mode: async\n", "behaviour"),
+    ("mode: fully_async\n", "behaviour"),
+    ("mode: async\ncorrection:\n  level: token\n", "proximal"),
+    ("mode: fully_async\ncorrection:\n  level: sequence\n", "proximal"),
+])
+def test_the_default_anchor_is_one_the_linter_calls_clean(text, anchor, tmp_path):
+    from fasync.config.derived import derive
+
+    path = config_file(tmp_path, text)
+    assert derive(load_config(path).config).ratio_anchor == anchor
+    assert findings(path) == []
+
+
+@pytest.mark.parametrize("train, ranks, batch, micro, steps", [
+    ({}, 1, 256, 256, 1),
+    ({"global_batch_size": 64}, 2, 64, 32, 4),
+    ({"num_steps_per_rollout": 2}, 1, 128, 128, 2),
+    ({"global_batch_size": 64, "micro_batch_size": 16}, 2, 64, 16, 4),
+    ({"use_dynamic_global_batch_size": True}, 4, 256, 64, 1),
+])
+def test_batch_defaults_are_derived(train, ranks, batch, micro, steps, tmp_path):
+    from fasync.config.derived import derive
+
+    text = "resources:\n  trainer_ranks: %d\n" % ranks + ("train:\n" + "".join(
+        f"  {k}: {str(v).lower()}\n" for k, v in train.items()) if train else "")
+    derived = derive(load_config(config_file(tmp_path, text)).config)
+    assert (derived.effective_global_batch_size, derived.micro_batch_size, derived.num_steps_per_rollout) == (
+        batch, micro, steps)
+    assert derived.micro_batches_per_step == batch // ranks // micro

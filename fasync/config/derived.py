@@ -23,6 +23,8 @@ class Derived:
     """Optimizer steps per rollout (fully_async: per drain)."""
     trimmed_samples_per_rollout: int
     """Samples generated but never trained on each rollout (0 under the dynamic global batch size)."""
+    micro_batch_size: int
+    """Samples per forward/backward pass on one rank: `train.micro_batch_size`, or the per-rank batch."""
     micro_batches_per_step: int
     """Forward/backward passes per optimizer step on each data-parallel rank (rounded down)."""
     max_lag: LagBound
@@ -34,7 +36,9 @@ class Derived:
     max_concurrent_samples: int
     """fully_async: samples generating at once (the configured value or its default)."""
     ratio_anchor: str
-    """The PPO ratio's anchor after the mode default is applied."""
+    """The PPO ratio's anchor after the default is applied: `recompute` in sync; in the async modes `proximal`
+    when `correction.level` applies importance weights, else `behaviour` (the bypass objective that
+    docs/correction.md's evidence favours)."""
     tokens_per_call: Optional[int]
     """Most new tokens an engine call gives each request: `async.tokens_per_call` in fully_async with partial
     rollout (without it a completion must finish under the weights it started with); None: calls run to
@@ -55,11 +59,13 @@ def derive(cfg: FasyncConfig) -> Derived:
         global_batch = samples
         steps = 1
     else:
-        global_batch = train.global_batch_size
+        # Null: one step per rollout, or the rollout split into the steps asked for.
+        global_batch = train.global_batch_size or max(samples // (train.num_steps_per_rollout or 1), 1)
         steps = train.num_steps_per_rollout if train.num_steps_per_rollout is not None else samples // global_batch
     trimmed = max(samples - steps * global_batch, 0)
     per_rank = global_batch // cfg.resources.trainer_ranks
-    micro_batches = per_rank // train.micro_batch_size if train.micro_batch_size else 0
+    micro = train.micro_batch_size or max(per_rank, 1)
+    micro_batches = per_rank // micro
 
     staleness = cfg.async_.max_weight_staleness
 
@@ -68,12 +74,18 @@ def derive(cfg: FasyncConfig) -> Derived:
         # Enough for the drain in progress plus one per version the bound lets the rollouter run ahead.
         queue = cfg.rollout.batch_size * ((staleness if staleness is not None else 1) + 1)
     concurrent = cfg.async_.max_concurrent_samples or samples
-    anchor = cfg.correction.ratio_anchor or ("recompute" if cfg.mode == "sync" else "proximal")
+    if cfg.correction.ratio_anchor is not None:
+        anchor = cfg.correction.ratio_anchor
+    elif cfg.mode == "sync":
+        anchor = "recompute"
+    else:
+        anchor = "proximal" if cfg.correction.level != "none" else "behaviour"
     return Derived(
         samples_per_rollout=samples,
         effective_global_batch_size=global_batch,
         num_steps_per_rollout=steps,
         trimmed_samples_per_rollout=trimmed,
+        micro_batch_size=micro,
         micro_batches_per_step=micro_batches,
         max_lag=max_lag(cfg.mode, staleness, steps, cfg.async_.update_weights_interval),
         max_queue_size=queue,

@@ -82,9 +82,17 @@ class RolloutConfig(Section):
 
 
 class TrainConfig(Section):
-    global_batch_size: int = Field(256, ge=1, description="Samples per optimizer step (verl's ppo_mini_batch_size × n).")
-    micro_batch_size: int = Field(
-        64, ge=1, description="Samples per forward/backward pass on one rank (gradient accumulation unit)."
+    global_batch_size: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Samples per optimizer step (verl's ppo_mini_batch_size × n). Null: derived, the whole rollout "
+        "(one step per rollout), or samples per rollout // num_steps_per_rollout when that is set.",
+    )
+    micro_batch_size: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Samples per forward/backward pass on one rank (gradient accumulation unit). Null: the "
+        "per-rank batch, global batch / trainer_ranks (no accumulation).",
     )
     num_steps_per_rollout: Optional[int] = Field(
         None,
@@ -159,7 +167,8 @@ class CorrectionConfig(Section):
         None,
         description="Policy the PPO ratio is taken against. `behaviour`: the rollout logprobs (bypass, no extra "
         "forward); `proximal`: decoupled PPO against the policy at the start of the step; `recompute`: "
-        "recomputed logprobs of the current weights. Null: `recompute` in sync, `proximal` in the async modes.",
+        "recomputed logprobs of the current weights. Null: `recompute` in sync; in the async modes `behaviour`, "
+        "or `proximal` when `correction.level` asks for importance weights (docs/correction.md, Evidence).",
     )
     level: Literal["none", "token", "sequence"] = Field(
         "none", description="Importance weights between training and behaviour policies: per token or per sequence."

@@ -32,7 +32,7 @@ def _check(path: str, overrides: Sequence[str]):
     if diagnostics:
         _echo(render(diagnostics, "text", summary=False))
     if loaded.config is None:
-        return None, None, ExitCode.USAGE
+        return None, None, ExitCode.FAILED if Path(path).is_file() else ExitCode.USAGE
     if any(d.severity is Severity.ERROR for d in diagnostics):
         _echo("fasync train: the config has errors; nothing was started.")
         return None, None, ExitCode.FAILED

@@ -15,9 +15,10 @@ from pathlib import Path
 from fasync.config.derived import derive
 from fasync.config.loader import LoadResult, load_config
 from fasync.config.problems import INTERNAL_ERROR, PROBLEMS, report
+from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Code, Diagnostic, Severity
 from fasync.exit_codes import ExitCode
-from fasync.lint.registry import RULES
+from fasync.lint.registry import RULES, Finding, Fix
 
 
 def rules() -> dict[str, Code]:
@@ -46,20 +47,44 @@ def lint(result: LoadResult, select: Sequence[str] | None = None,
 
 def _rule_diagnostics(result: LoadResult, select: Sequence[str] | None, ignore: Sequence[str]) -> list[Diagnostic]:
     config = result.config
+    found, crashed = run_rules(config, select, ignore)
+    out = [report(INTERNAL_ERROR, f"rule {rule.code} ({rule.name}) crashed: {type(exc).__name__}: {exc}",
+                  result.provenance.origin(()), "this is a bug in fasync; please report it with this config")
+           for rule, exc in crashed]
+    reported = _failing(found)
+    for rule, finding in found:
+        fixes = [fix.describe() for fix in finding.fixes if _keeps_clean(fix, config, reported, ignore)]
+        out.append(Diagnostic(rule.code, rule.severity, finding.message, finding.key,
+                              result.provenance.origin(finding.key), "; or ".join(fixes) or finding.help))
+    return out
+
+
+def run_rules(config: FasyncConfig, select: Sequence[str] | None = None, ignore: Sequence[str] = ()
+              ) -> tuple[list[tuple[Code, Finding]], list[tuple[Code, Exception]]]:
+    """Every selected rule's findings on a validated config, and the rules that crashed."""
     derived = derive(config)
-    out: list[Diagnostic] = []
+    found, crashed = [], []
     for rule in rules().values():
         if (select and not matches(rule.code, select)) or matches(rule.code, ignore):
             continue
         try:
-            findings = list(rule.check(config, derived))
+            found += [(rule, finding) for finding in rule.check(config, derived)]
         except Exception as exc:  # noqa: BLE001 - one broken rule must not hide the others' findings
-            out.append(report(INTERNAL_ERROR, f"rule {rule.code} ({rule.name}) crashed: {type(exc).__name__}: {exc}",
-                              result.provenance.origin(()), "this is a bug in fasync; please report it with this config"))
-            continue
-        out += [Diagnostic(rule.code, rule.severity, f.message, f.key, result.provenance.origin(f.key), f.help)
-                for f in findings]
-    return out
+            crashed.append((rule, exc))
+    return found, crashed
+
+
+def _failing(found: list[tuple[Code, Finding]]) -> set[tuple[str, str]]:
+    return {(rule.code, finding.key) for rule, finding in found if rule.severity is not Severity.INFO}
+
+
+def _keeps_clean(fix: Fix, config: FasyncConfig, reported: set[tuple[str, str]], ignore: Sequence[str]) -> bool:
+    """Whether applying the fix leaves no warning or error that the config does not already have."""
+    edited = fix.apply(config)
+    if edited is None:
+        return False
+    found, crashed = run_rules(edited, None, ignore)
+    return not crashed and _failing(found) <= reported
 
 
 def _position(diagnostic: Diagnostic) -> tuple:
@@ -71,24 +96,22 @@ def _position(diagnostic: Diagnostic) -> tuple:
 class CheckRun:
     diagnostics: list[Diagnostic]
     files: int
-    unloadable: int
-    """Files whose config could not be loaded."""
+    missing: int
+    """Files named on the command line that do not exist: the check could not run on them."""
 
 
 def check_files(files: Sequence[str | Path], overrides: Sequence[str] = (), select: Sequence[str] | None = None,
                 ignore: Sequence[str] | None = None) -> CheckRun:
     diagnostics: list[Diagnostic] = []
-    unloadable = 0
     for file in files:
-        result = load_config(file, overrides)
-        unloadable += result.config is None
-        diagnostics += lint(result, select, ignore)
-    return CheckRun(diagnostics, len(files), unloadable)
+        diagnostics += lint(load_config(file, overrides), select, ignore)
+    return CheckRun(diagnostics, len(files), sum(not Path(file).is_file() for file in files))
 
 
 def exit_code(run: CheckRun, strict: bool = False, exit_zero: bool = False) -> ExitCode:
-    """2 when a config could not be loaded; else 1 for errors (and warnings under strict) unless exit_zero."""
-    if run.unloadable:
+    """As ruff: 2 when the check could not run (a named file is missing, a rule crashed); else 1 for problems
+    found in a config, load problems included (warnings too under strict), unless exit_zero."""
+    if run.missing or any(d.code == INTERNAL_ERROR for d in run.diagnostics):
         return ExitCode.USAGE
     failing = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}
     if exit_zero or not any(d.severity in failing for d in run.diagnostics):

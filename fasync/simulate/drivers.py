@@ -81,7 +81,7 @@ class Simulation:
         """Train on the groups at `version` from `start`: (end, samples trained, optimizer steps)."""
         steps, trimmed = split_steps(groups, self.derived, self.cfg.train.use_dynamic_global_batch_size)
         runs = [[run for group, count in step for run in group.runs(count)] for step in steps]
-        micro, ranks = self.cfg.train.micro_batch_size, self.cfg.resources.trainer_ranks
+        micro, ranks = self.derived.micro_batch_size, self.cfg.resources.trainer_ranks
         duration = self.costs.train_call(runs, micro, ranks, self.derived.ratio_anchor == "recompute") * slowdown
         self.recorder.train_calls.append((duration, slowdown * self.costs.optimizer_steps(runs, micro, ranks)))
         trained = self.n * len(groups) - trimmed

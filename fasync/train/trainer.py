@@ -84,7 +84,7 @@ class Trainer:
                 for step, batches in zip(steps, step_batches)]
 
     def _micro_batches(self, samples: list[Sample], steps: list[range]) -> list[list[MicroBatch]]:
-        micro = self.cfg.train.micro_batch_size
+        micro = self.derived.micro_batch_size
         lengths = [len(s.prompt_ids) + len(s.output_ids) for s in samples]
         return [
             [collate([samples[i] for i in rows], self.pad_id).to(self.device)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
-from fasync.lint.rules.facts import plural, unit
+from fasync.lint.rules.facts import plural, set_keys, unit
 
 
 def _rollout_size(cfg, derived) -> str:
@@ -25,7 +25,8 @@ def _fixed_global_batch(cfg) -> bool:
     "B001", "micro-batch-split", Severity.ERROR,
     summary="The global batch does not split into whole micro batches on every trainer rank.",
     what="Reports a global batch (`train.global_batch_size`, or the whole rollout under "
-    "`train.use_dynamic_global_batch_size`) that is not a multiple of `train.micro_batch_size` × "
+    "`train.use_dynamic_global_batch_size`) that is not a multiple of the micro batch (`train.micro_batch_size`, "
+    "by default the per-rank batch) × "
     "`resources.trainer_ranks`, including the cases where a rank would get less than one micro batch or "
     "no sample at all.",
     why="Each trainer rank takes every `trainer_ranks`-th sample of a step and accumulates gradients over "
@@ -37,14 +38,14 @@ def _fixed_global_batch(cfg) -> bool:
 )
 def micro_batch_split(cfg, derived):
     batch = derived.effective_global_batch_size
-    micro, ranks = cfg.train.micro_batch_size, cfg.resources.trainer_ranks
+    micro, ranks = derived.micro_batch_size, cfg.resources.trainer_ranks
     step_unit = micro * ranks
     if batch % step_unit == 0:
         return
     if _fixed_global_batch(cfg):
-        key, subject = "train.global_batch_size", f"the global batch of {batch} samples"
+        subject = f"the global batch of {batch} samples"
     else:
-        key, subject = "rollout.batch_size", f"the dynamic global batch (the whole rollout, {batch} samples)"
+        subject = f"the dynamic global batch (the whole rollout, {batch} samples)"
     if ranks > batch:
         problem = f"{subject} cannot give each of the {ranks} trainer ranks a sample"
     elif micro > batch // ranks:
@@ -60,7 +61,19 @@ def micro_batch_split(cfg, derived):
         fix = f"make the rollout {multiples} samples (`rollout.batch_size` × `rollout.n_samples_per_prompt`)"
     if batch % ranks == 0:
         fix += f", or `train.micro_batch_size` to a divisor of the {batch // ranks} samples per rank"
-    yield Finding(key, problem, fix)
+    yield Finding(_split_key(cfg), problem, fix)
+
+
+def _split_key(cfg) -> str:
+    """The setting that makes the split fail, among those the config writes: the global batch, the micro batch,
+    the ranks, or (when the global batch is the whole rollout) the rollout size."""
+    written = set_keys(cfg)
+    if _fixed_global_batch(cfg) and "train.global_batch_size" in written:
+        return "train.global_batch_size"
+    for key in ("train.micro_batch_size", "resources.trainer_ranks", "rollout.n_samples_per_prompt"):
+        if key in written:
+            return key
+    return "rollout.batch_size"
 
 
 @rule(
@@ -77,7 +90,7 @@ def micro_batch_split(cfg, derived):
     "configured number.",
 )
 def steps_overfill_rollout(cfg, derived):
-    steps, batch = cfg.train.num_steps_per_rollout, cfg.train.global_batch_size
+    steps, batch = cfg.train.num_steps_per_rollout, derived.effective_global_batch_size
     samples = derived.samples_per_rollout
     if steps is None or not _fixed_global_batch(cfg) or samples < batch or steps * batch <= samples:
         return
@@ -105,7 +118,7 @@ def steps_overfill_rollout(cfg, derived):
     "it. verl rejects the same geometry (train_batch_size below ppo_mini_batch_size).",
 )
 def rollout_below_global_batch(cfg, derived):
-    batch, samples = cfg.train.global_batch_size, derived.samples_per_rollout
+    batch, samples = derived.effective_global_batch_size, derived.samples_per_rollout
     if not _fixed_global_batch(cfg) or samples >= batch:
         return
     prompts_needed = -(-batch // cfg.rollout.n_samples_per_prompt)
@@ -129,11 +142,11 @@ def rollout_below_global_batch(cfg, derived):
 )
 def samples_trimmed(cfg, derived):
     trimmed, samples = derived.trimmed_samples_per_rollout, derived.samples_per_rollout
-    batch, steps = cfg.train.global_batch_size, derived.num_steps_per_rollout
+    batch, steps = derived.effective_global_batch_size, derived.num_steps_per_rollout
     if not _fixed_global_batch(cfg) or trimmed == 0 or samples < batch:
         return
     fit = samples // batch
-    step_unit = cfg.train.micro_batch_size * cfg.resources.trainer_ranks
+    step_unit = derived.micro_batch_size * cfg.resources.trainer_ranks
     if cfg.train.num_steps_per_rollout is not None and steps < fit:
         key = "train.num_steps_per_rollout"
         fix = f"set `train.num_steps_per_rollout` to {fit} or null"

@@ -19,6 +19,7 @@ from fasync.lint.rules.facts import (
     BEHAVIOUR_LOGPROB_TRANSFORMS,
     TRAINER_LOGPROB_TRANSFORMS,
     active_transforms,
+    uncorrected,
     uncorrected_partial_rollout,
     worst_lag,
 )
@@ -134,10 +135,11 @@ def level_ignored_by_behaviour_anchor(cfg, derived):
 @rule(
     "C004", "uncorrected-staleness", Severity.WARNING,
     summary="Stale samples are trained on with no importance weight.",
-    what="Reports `correction.level: none` when the data can be off-policy (a worst policy lag above 0 "
-    "optimizer steps, or unbounded) and the PPO ratio is anchored at a trainer-side policy: `proximal` (decoupled PPO, the "
-    "async modes' default), or `recompute` in async and fully_async. fully_async partial rollouts are "
-    "reported by S005 instead.",
+    what="Reports `correction.level: none` without a rejection mask when the data can be off-policy (a worst "
+    "policy lag above 0 optimizer steps, or unbounded) and the PPO ratio is anchored at a trainer-side "
+    "policy: `proximal` (decoupled PPO), or `recompute` in async and fully_async. The async modes' default "
+    "anchor is `behaviour` unless `correction.level` is set, so only a config that chooses one of these "
+    "anchors is reported. fully_async partial rollouts are reported by S005 instead.",
     why="Decoupled PPO clips the ratio around the proximal policy and relies on the weight π_prox/π_behav "
     "for the off-policy correction; the trainer applies that weight only when `correction.level` is set. "
     "Without it (and likewise with a recomputed anchor in an async mode) nothing in the loss accounts for "
@@ -147,7 +149,7 @@ def level_ignored_by_behaviour_anchor(cfg, derived):
 def uncorrected_staleness(cfg, derived):
     anchor, lag = derived.ratio_anchor, derived.max_lag.steps
     trainer_side = anchor == "proximal" or (anchor == "recompute" and cfg.mode in ASYNC_MODES)
-    if cfg.correction.level != "none" or lag == 0 or not trainer_side or uncorrected_partial_rollout(cfg, derived):
+    if not uncorrected(cfg, derived) or lag == 0 or not trainer_side or uncorrected_partial_rollout(cfg, derived):
         return
     anchored, policy = {"proximal": ("the proximal policy (decoupled PPO)", "π_prox"),
                         "recompute": ("the policy recomputed at the start of each rollout", "π_old")}[anchor]

@@ -85,12 +85,35 @@ def worst_lag(cfg: FasyncConfig, derived: Derived) -> str:
             f"{cfg.async_.update_weights_interval} × {per} − 1")
 
 
+def set_keys(cfg: FasyncConfig) -> set[str]:
+    """The dotted keys some layer of the config writes (the rest are defaults)."""
+    keys = set()
+    for name in cfg.model_fields_set:
+        section = getattr(cfg, name)
+        alias = type(cfg).model_fields[name].alias or name
+        fields = getattr(section, "model_fields_set", None)
+        keys.update({f"{alias}.{field}" for field in fields} if fields is not None else {alias})
+    return keys
+
+
 def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
+def rejects(cfg: FasyncConfig) -> bool:
+    """Whether a rejection mask is set: tokens or sequences too far off-policy are masked out of the loss
+    (verl's rejection-sampling mode), which is an off-policy correction even without importance weights."""
+    correction = cfg.correction
+    return any(v is not None for v in (correction.reject_token_ratio, correction.reject_sequence_ratio,
+                                       correction.reject_kl))
+
+
+def uncorrected(cfg: FasyncConfig, derived: Derived) -> bool:
+    """Nothing in the loss accounts for which policy sampled a token: no importance weights, no rejection
+    mask, and a PPO ratio anchored elsewhere than the behaviour logprobs."""
+    return cfg.correction.level == "none" and not rejects(cfg) and derived.ratio_anchor != "behaviour"
+
+
 def uncorrected_partial_rollout(cfg: FasyncConfig, derived: Derived) -> bool:
-    """fully_async partial rollouts (samples spanning versions) with nothing weighing the older tokens:
-    no importance weights, and a PPO ratio anchored elsewhere than the behaviour logprobs."""
-    return (cfg.mode == "fully_async" and cfg.async_.partial_rollout and cfg.correction.level == "none"
-            and derived.ratio_anchor != "behaviour")
+    """fully_async partial rollouts (samples spanning versions) with nothing weighing the older tokens."""
+    return cfg.mode == "fully_async" and cfg.async_.partial_rollout and uncorrected(cfg, derived)

@@ -9,47 +9,74 @@ spans interval × num_steps_per_rollout steps.
 from __future__ import annotations
 
 from fasync.diagnostics import Severity
-from fasync.lint.registry import Finding, rule
-from fasync.lint.rules.facts import ASYNC_MODES, plural, uncorrected_partial_rollout, unit, worst_lag
+from fasync.lint.registry import DEFAULT, Finding, Fix, rule
+from fasync.lint.rules.facts import ASYNC_MODES, plural, set_keys, uncorrected_partial_rollout, unit, worst_lag
 from fasync.staleness import max_lag
 
 
 @rule(
     "S001", "multi-step-staleness", Severity.WARNING,
-    summary="Several optimizer steps per rollout under a staleness bound: the lag exceeds the bound.",
-    what="Reports, in async and fully_async with `async.max_weight_staleness` set, more than one optimizer "
-    "step per rollout (fully_async: per drain), whether `train.num_steps_per_rollout` says so or it is "
-    "derived (samples per rollout // `train.global_batch_size`). The message gives the worst policy lag in "
-    "optimizer steps, (staleness + 1) × `async.update_weights_interval` × steps − 1, next to the lag one step "
-    "per rollout would give.",
+    summary="Several optimizer steps per rollout in an async mode: the lag outgrows the staleness bound.",
+    what="Reports, in async and fully_async, more than one optimizer step per rollout (fully_async: per drain), "
+    "whether `train.num_steps_per_rollout` says so or it is derived (samples per rollout // "
+    "`train.global_batch_size`). With `async.max_weight_staleness` set, the message gives the worst policy lag "
+    "in optimizer steps, (staleness + 1) × `async.update_weights_interval` × steps − 1, next to the lag one "
+    "step per rollout would give; with no bound the lag is unbounded, which is worse. The suggested fixes fit "
+    "the mode (the dynamic global batch only where it is not redundant), and only fixes that leave no new "
+    "warning are offered.",
     why="The staleness bound counts weight versions, and a version lasts as long as the trainer keeps the same "
     "weights on the engines: with N optimizer steps per rollout it spans N steps (times the sync interval). "
     "A bound of s versions then lets a trained token be up to (s + 1) × N − 1 optimizer steps older than the "
     "policy that takes its gradient, instead of s with one step per rollout: with s = 2 and N = 4, 11 steps, "
     "not 5. The data is that much more off-policy than the bound says, and than the off-policy correction "
-    "was tuned for. One optimizer step per drain keeps the bound honest. A deliberate choice is allowed: this "
-    "is a warning, never an error.",
+    "was tuned for; without a bound nothing limits it at all. One optimizer step per drain keeps the bound "
+    "honest. A deliberate choice is allowed: this is a warning, never an error.",
 )
 def multi_step_staleness(cfg, derived):
     bound, steps = cfg.async_.max_weight_staleness, derived.num_steps_per_rollout
-    if cfg.mode not in ASYNC_MODES or bound is None or steps <= 1:
+    if cfg.mode not in ASYNC_MODES or steps <= 1:
         return
     per = unit(cfg.mode)
     explicit = cfg.train.num_steps_per_rollout is not None
-    source = ("`train.num_steps_per_rollout`" if explicit else
-              f"{derived.samples_per_rollout} samples / global batch {cfg.train.global_batch_size}")
-    one_step = max_lag(cfg.mode, bound, 1, cfg.async_.update_weights_interval)
-    fix = (f"set `train.use_dynamic_global_batch_size: true`, or `train.global_batch_size: "
-           f"{derived.samples_per_rollout}` (= samples per {per})")
-    if explicit:
-        fix += " with `train.num_steps_per_rollout: 1`"
+    batch = derived.effective_global_batch_size
+    source = "`train.num_steps_per_rollout`" if explicit else f"{derived.samples_per_rollout} samples / global batch {batch}"
+    if bound is None:
+        lag = (f"with no staleness bound (`async.max_weight_staleness` null) the policy lag is unbounded, and every "
+               f"version spans {plural(derived.max_lag.steps_per_version, 'optimizer step')}")
+    else:
+        one_step = max_lag(cfg.mode, bound, 1, cfg.async_.update_weights_interval)
+        lag = (f"under `async.max_weight_staleness` {bound} the worst policy lag is {worst_lag(cfg, derived)}, where "
+               f"one step per {per} would give {one_step.describe()}")
     yield Finding(
         "train.num_steps_per_rollout" if explicit else "train.global_batch_size",
-        f"{steps} optimizer steps per {per} ({source}) under `async.max_weight_staleness` {bound}: the worst policy "
-        f"lag is {worst_lag(cfg, derived)}, where one step per {per} would give {one_step.describe()}: the later "
-        "steps train on data staler than the bound says",
-        f"{fix}, for one optimizer step per {per}",
+        f"{steps} optimizer steps per {per} ({source}): {lag}; the later steps train on data staler than the "
+        "bound says",
+        f"make each {per} one optimizer step: `train.global_batch_size` = samples per {per} "
+        f"({derived.samples_per_rollout}), or `rollout.batch_size` = global batch / `rollout.n_samples_per_prompt`",
+        fixes=_one_step_fixes(cfg, derived),
     )
+
+
+def _one_step_fixes(cfg, derived) -> tuple[Fix, ...]:
+    """One optimizer step per rollout (drain), each way that fits the mode; the engine keeps those that add no
+    warning."""
+    per, n = unit(cfg.mode), cfg.rollout.n_samples_per_prompt
+    batch, samples = derived.effective_global_batch_size, derived.samples_per_rollout
+    written = set_keys(cfg)
+    steps_default = (("train.num_steps_per_rollout", DEFAULT),) if "train.num_steps_per_rollout" in written else ()
+    fixes = []
+    if batch % n == 0:
+        fixes.append(Fix((("rollout.batch_size", batch // n),) + steps_default,
+                         f"= global batch {batch} / {n} samples per prompt: each {per} is one step of the same "
+                         f"{batch} samples"))
+    fixes.append(Fix((("train.global_batch_size", samples),) + steps_default,
+                     f"= samples per {per}: the whole {per} is one step"))
+    if cfg.mode != "fully_async":  # in fully_async the drain size is fixed: the dynamic batch is redundant (S002)
+        unset = tuple((key, DEFAULT) for key in ("train.global_batch_size", "train.num_steps_per_rollout")
+                      if key in written)
+        fixes.append(Fix((("train.use_dynamic_global_batch_size", True),) + unset,
+                         "every rollout is one step, whatever its size"))
+    return tuple(fixes)
 
 
 @rule(
@@ -118,22 +145,25 @@ def zero_staleness(cfg, derived):
 @rule(
     "S005", "partial-rollout-uncorrected", Severity.WARNING,
     summary="Partial rollouts without off-policy correction.",
-    what="Reports fully_async with `async.partial_rollout: true`, `correction.level: none` and a PPO ratio "
-    "anchored elsewhere than the behaviour logprobs (`correction.ratio_anchor` proximal or recompute).",
+    what="Reports fully_async with `async.partial_rollout: true`, `correction.level: none`, no rejection mask "
+    "(`correction.reject_token_ratio`, `reject_sequence_ratio`, `reject_kl`) and a PPO ratio anchored elsewhere "
+    "than the behaviour logprobs (`correction.ratio_anchor` proximal or recompute).",
     why="A partial rollout is aborted at a weight sync and resumed from its prefix under the new weights, so "
     "one sample holds tokens of several policy versions. Only a per-token importance weight (or a PPO ratio "
-    "taken against the rollout logprobs themselves) accounts for which policy sampled which token; without "
-    "it the older tokens are trained on as if the current policy had sampled them.",
+    "taken against the rollout logprobs themselves) accounts for which policy sampled which token, or a "
+    "rejection mask that drops the tokens (or sequences) whose ratio strays too far, as verl's rejection "
+    "mode does; without any of these the older tokens are trained on as if the current policy had sampled them.",
 )
 def partial_rollout_uncorrected(cfg, derived):
     if uncorrected_partial_rollout(cfg, derived):
         yield Finding(
             "async.partial_rollout",
             "`async.partial_rollout` resumes aborted generations under new weights, so a sample's tokens come "
-            f"from several policy versions, but `correction.level` is none and the PPO ratio is anchored at the "
-            f"{derived.ratio_anchor} policy: nothing weighs the older tokens by π_train/π_behav",
-            "set `correction.level: token` (one weight per token, whichever version sampled it), or "
-            "`correction.ratio_anchor: behaviour`",
+            f"from several policy versions, but `correction.level` is none, no rejection mask is set and the PPO "
+            f"ratio is anchored at the {derived.ratio_anchor} policy: nothing weighs or masks the older tokens by "
+            "π_train/π_behav",
+            "set `correction.level: token` (one weight per token, whichever version sampled it), "
+            "`correction.ratio_anchor: behaviour`, or a rejection mask (`correction.reject_token_ratio: [0.5, 2.0]`)",
         )
 
 
