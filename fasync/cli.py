@@ -41,8 +41,8 @@ class ShowFormat(str, Enum):
 
 
 def split_targets(targets: list[str]) -> tuple[list[str], list[str]]:
-    """(files, overrides): an argument with `=` that is not an existing file is an override."""
-    files = [t for t in targets if "=" not in t or Path(t).exists()]
+    """(files, overrides): an argument with `=` (or hydra's `~key`) that is not an existing file is an override."""
+    files = [t for t in targets if ("=" not in t and not t.startswith("~")) or Path(t).exists()]
     return files, [t for t in targets if t not in files]
 
 
@@ -79,7 +79,10 @@ def check(
     files, overrides = split_targets(targets)
     if not files:
         _fail("fasync check: no config file given (arguments with `=` are overrides)")
-    run = check_files(files, overrides, _codes(select), _codes(ignore))
+    try:
+        run = check_files(files, overrides, _codes(select), _codes(ignore))
+    except Exception as exc:  # noqa: BLE001 - a bug in fasync must read as "could not run", never as findings
+        _fail(f"fasync check: internal error, please report it with this config: {type(exc).__name__}: {exc}")
     output = render(run.diagnostics, format.value, summary=not quiet, files=run.files,
                     color=format is CheckFormat.text and _use_color())
     if output:

@@ -1,5 +1,6 @@
-"""Generated documentation: `python -m fasync.docs` rewrites docs/config.md, docs/rules.md and
-docs/fasync.schema.json from the schema and the rule registry (a test fails when they are stale)."""
+"""Generated documentation: `python -m fasync.docs` rewrites docs/config.md, docs/rules.md, docs/migrate.md and
+docs/fasync.schema.json from the schema, the rule registry and the foreign-key table (a test fails when they are
+stale)."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def render_rules_md() -> str:
     lines = [
         "# Rules", "", GENERATED, "",
         ("Codes reported by `fasync check`. `F` codes are problems loading the config (file, YAML, schema); "
-        "a config with any of them is not linted further. Any error exits 1 (2 only when the check could not run). The other codes are "
+        "the rules still run on what did load ([migrate.md](migrate.md)). Any error exits 1 (2 only when the check could not run). The other codes are "
         "lint rules; silence one per config with `lint.ignore: [CODE]` or per run with `--ignore CODE` "
         "(prefixes work: `--ignore S00`). `fasync rule CODE` prints an entry below."), "",
         "Rule families: " + "; ".join(f"`{letter}` {what}" for letter, what in FAMILIES.items()) + ".", "",
@@ -111,6 +112,39 @@ def rules_table(fmt: str = "text") -> str:
     return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in [header] + rows)
 
 
+_HOW = {"same": "the same value", "converted": "converted", "none": "no equivalent"}
+
+
+def render_migrate_md() -> str:
+    """docs/migrate.md: the key equivalences of each framework, from the table the loader's hints use."""
+    from fasync.config.foreign_keys import FRAMEWORKS, TABLE
+
+    lines = [
+        "# Migrating from verl, slime, miles, AReaL, prime-rl, OpenRLHF and TRL", "", GENERATED, "",
+        ("`fasync check` recognises the keys of other RL frameworks (F008, [rules.md](rules.md#f008-foreign-key-error)). "
+         "A key written from habit in a fasync config gets its fasync name and any difference in meaning. A config "
+         "pasted whole from another framework gets one grouped diagnostic (which keys map, which are converted, "
+         "which have no equivalent), and the lint rules still run on the rest: on the keys that did load, the "
+         "foreign keys whose value carries over unchanged, and defaults for everything else; a finding that "
+         "depends on one of those values says so (`[assumed: ...]`). Hydra overrides (`+key=value`, `~key`) and "
+         "argparse flags (`--rollout-batch-size`) are read as the keys they name."),
+        "",
+        ("The tables below are generated from `fasync/config/foreign_keys.py`, the same table the hints use. "
+         "`converted` means the fasync value follows from the framework's own semantics by arithmetic or a unit "
+         "change (the note says how); keys are written as the framework spells them, flags without their dashes "
+         "and with `_` for `-`; `section.*` covers a whole section. Checked against the sources of verl "
+         "(volcengine/verl b178a3c), slime (THUDM/slime 624b824), miles (radixark/miles 31f1ca9), AReaL "
+         "(inclusionAI/AReaL 4aef98d), prime-rl (PrimeIntellect-ai/prime-rl 559b447), OpenRLHF "
+         "(OpenRLHF/OpenRLHF 3c3be62) and TRL (huggingface/trl f2cd577)."),
+    ]
+    for framework, name in FRAMEWORKS.items():
+        lines += ["", f"## {name}", "", "| Key | fasync | How | Difference in meaning |", "|---|---|---|---|"]
+        for row in (r for r in TABLE if r.framework == framework):
+            targets = ", ".join(f"`{t}`" for t in row.targets) or "—"
+            lines.append(f"| `{row.source}` | {targets} | {_HOW[row.kind]} | {_cell(row.note)} |")
+    return "\n".join(lines) + "\n"
+
+
 def render_schema_json() -> str:
     from fasync.config.json_schema import draft7_schema
 
@@ -121,6 +155,7 @@ def generated_files() -> dict[Path, str]:
     return {
         DOCS / "config.md": render_config_md(),
         DOCS / "rules.md": render_rules_md(),
+        DOCS / "migrate.md": render_migrate_md(),
         DOCS / "fasync.schema.json": render_schema_json(),
     }
 

@@ -33,6 +33,11 @@ class LoadResult:
     provenance: Provenance
     raw: dict = field(default_factory=dict)
     """The merged, interpolated plain data (what was validated)."""
+    partial: FasyncConfig | None = None
+    """When `config` is None: what did load, defaults for the rest and foreign keys mapped where the mapping is
+    exact (fasync.config.schema_errors); the lint rules run on it."""
+    assumed: dict[str, str] = field(default_factory=dict)
+    """Keys whose value in `partial` is not the one written, and why."""
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadResult:
@@ -45,11 +50,18 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadResult:
     for index, override in enumerate(overrides, start=1):
         _apply_override(merged, override, Location(CLI_FILE, index, 1), provenance, diagnostics)
     raw = _interpolate(merged, provenance, diagnostics)
-    config, schema_diagnostics = validate(raw, provenance)
-    diagnostics.extend(schema_diagnostics)
-    if any(d.severity is Severity.ERROR for d in diagnostics):
-        config = None
-    return LoadResult(config, diagnostics, provenance, raw)
+    validation = validate(raw, provenance)
+    diagnostics.extend(validation.diagnostics)
+    config, partial = validation.config, validation.partial
+    if config is not None and any(d.severity is Severity.ERROR for d in diagnostics):
+        config, partial = None, config  # it validates, but a layer had a problem (a base, a duplicate key, ...)
+    if not Path(top).is_file() or any(d.code in _UNREADABLE and d.location and d.location.file == top
+                                      for d in diagnostics):
+        partial = None  # the file itself could not be read: there is nothing of it to lint
+    return LoadResult(config, diagnostics, provenance, raw, partial, validation.assumed)
+
+
+_UNREADABLE = {problems.YAML_SYNTAX, problems.NOT_A_MAPPING}
 
 
 def _layers(path: Path, file: str, chain: tuple[tuple[Path, str], ...], named_at: Location | None,
@@ -108,7 +120,12 @@ def _merge(target: dict, source: dict, positions: dict[KeyPath, Location], prove
 def _apply_override(merged: dict, override: str, location: Location, provenance: Provenance,
                     diagnostics: list[Diagnostic]) -> None:
     key, _, text = override.partition("=")
-    segments = key.strip().split(".")
+    # Hydra's spellings: `+key=value` adds a key, `++key=value` forces it, `~key` deletes it.
+    key = key.strip()
+    if key.startswith("~"):
+        _delete(merged, key[1:].split("."), provenance)
+        return
+    segments = key.lstrip("+").split(".")
     problem = None
     if not all(segments):
         problem = f"`{override}`: the key has an empty segment"
@@ -129,6 +146,14 @@ def _apply_override(merged: dict, override: str, location: Location, provenance:
     positions = {path[:end]: location for end in range(1, len(path) + 1)}
     positions.update({path + sub: location for sub in _subpaths(value)})
     _merge(merged, nested, positions, provenance)
+
+
+def _delete(merged: dict, segments: list[str], provenance: Provenance) -> None:
+    node = merged
+    for segment in segments[:-1]:
+        node = node.get(segment) if isinstance(node, dict) else None
+    if isinstance(node, dict) and node.pop(segments[-1], None) is not None:
+        provenance.replace(tuple(segments), {})
 
 
 def _plain_tree(value: Any) -> Any:

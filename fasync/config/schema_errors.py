@@ -1,37 +1,62 @@
-"""Validation: pydantic's errors as located diagnostics, one per error."""
+"""Validation: pydantic's errors as located diagnostics, and the config that still loads around them.
+
+A config with unknown, foreign or invalid keys is reported, and then validated again without them (defaults
+in their place) and with the foreign keys whose fasync equivalent is exact, so that the lint rules can run
+on everything that did load. Where such a config stands in for what was written is recorded as assumed.
+A config pasted from another framework gets one grouped diagnostic instead of one per key.
+"""
 
 from __future__ import annotations
 
+import copy
 import difflib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from fasync.config import problems
 from fasync.config.fields import default_value, field_at, iter_fields, section_fields, show_value
-from fasync.config.foreign_keys import describe, migration_for, normalize
+from fasync.config.foreign_keys import FRAMEWORKS, NONE, SAME, KeyMapping, describe, detect, mappings_for, normalize
 from fasync.config.problems import report
 from fasync.config.provenance import KeyPath, Provenance, format_key
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Diagnostic
 
 _FIELD_NAMES = {path[-1] for path, _ in iter_fields()}
+_SECTIONS = {path[0] for path, info in iter_fields() if len(path) == 1 and section_fields(path) is not None}
+GROUP_AT = 6
+"""Foreign keys from which a config is reported as one migration diagnostic, not one per key."""
+_ATTEMPTS = 4
 
 
-def validate(raw: dict, provenance: Provenance) -> tuple[FasyncConfig | None, list[Diagnostic]]:
+@dataclass
+class Validation:
+    config: FasyncConfig | None
+    """The config as written; None when any key did not validate."""
+    diagnostics: list[Diagnostic]
+    partial: FasyncConfig | None = None
+    """Without the keys that did not load (their defaults instead) and with the exactly mapped foreign keys."""
+    assumed: dict[str, str] = field(default_factory=dict)
+    """Key → why its value in `partial` is not the one written."""
+
+
+def validate(raw: dict, provenance: Provenance) -> Validation:
     try:
-        return FasyncConfig.model_validate(raw), []
+        return Validation(FasyncConfig.model_validate(raw), [])
     except ValidationError as exc:
-        return None, [d for e in exc.errors(include_url=False) for d in _diagnostics(e, raw, provenance)]
+        errors = exc.errors(include_url=False)
+    unknown = [tuple(e["loc"]) for e in errors if e["type"] == "extra_forbidden"]
+    invalid = [e for e in errors if e["type"] != "extra_forbidden"]
+    diagnostics, mapped = _unknown_keys(raw, unknown, provenance)
+    diagnostics += [d for e in invalid for d in _invalid_value(e, raw, provenance)]
+    partial, assumed = _partial(raw, unknown, [_present_prefix(raw, tuple(e["loc"])) for e in invalid], mapped)
+    return Validation(None, diagnostics, partial, assumed)
 
 
-def _diagnostics(error: dict, raw: dict, provenance: Provenance) -> Iterator[Diagnostic]:
+def _invalid_value(error: dict, raw: dict, provenance: Provenance) -> Iterator[Diagnostic]:
     loc = tuple(error["loc"])
-    if error["type"] == "extra_forbidden":
-        yield _unknown_key(loc, provenance)
-        yield from _foreign_keys_within(error["input"], loc, provenance)
-        return
     path = _present_prefix(raw, loc)
     key = format_key(path) if path else None
     message = error["msg"].removeprefix("Value error, ")
@@ -69,14 +94,110 @@ def _field_help(path: KeyPath) -> str | None:
     return f"{format_key(path)}: {info.description} Default: {show_value(default_value(info))}."
 
 
-def _unknown_key(path: KeyPath, provenance: Provenance) -> Diagnostic:
-    key = format_key(path)
-    migration = migration_for(str(path[-1]))
-    if migration is not None:
-        message, help = describe(key, migration)
-        return report(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=key)
-    return report(problems.UNKNOWN_KEY, f"unknown key `{key}`", provenance.origin(path),
-                  help=_suggestion(path), key=key)
+def _get(tree: Any, path: KeyPath) -> Any:
+    for segment in path:
+        tree = tree[segment]
+    return tree
+
+
+def _leaves(value: Any, path: KeyPath) -> list[tuple[KeyPath, Any]]:
+    if isinstance(value, dict) and value:
+        return [leaf for key, child in value.items() for leaf in _leaves(child, path + (key,))]
+    return [(path, value)]
+
+
+def _misspelt_section(path: KeyPath) -> bool:
+    """`asynch.max_weight_staleness`: a fasync key under a misspelt section, left to the section's diagnostic."""
+    return (len(path) > 1 and path[0] not in _SECTIONS and normalize(str(path[-1])) in _FIELD_NAMES
+            and bool(difflib.get_close_matches(str(path[0]), sorted(_SECTIONS), n=1, cutoff=0.6)))
+
+
+def _misplaced(path: KeyPath, rows: list[KeyMapping]) -> bool:
+    """`lr`, `train.n_samples_per_prompt`, `shared.top_p`: a fasync key in the wrong place, which F006's
+    `did you mean` names, unless another framework's table names more of its path than the key's name."""
+    if normalize(str(path[-1])) not in _FIELD_NAMES:
+        return False
+    tail = tuple(normalize(str(p)) for p in path[-2:])
+    if len(tail) == 2 and any(tuple(row.source.split("."))[-2:] == tail for row in rows):
+        return False  # OpenRLHF's `train.batch_size`: the whole path is the other framework's key
+    return len(path) == 1 or path[0] in _SECTIONS or all("." not in row.source for row in rows)
+
+
+def _typo(path: KeyPath) -> str | None:
+    """The fasync key an unknown key inside a fasync section most likely misspells."""
+    if path[0] not in _SECTIONS:
+        return None
+    fields = section_fields(path[:-1]) or {}
+    close = difflib.get_close_matches(normalize(str(path[-1])), list(fields), n=1, cutoff=0.6)
+    return format_key(path[:-1] + (close[0],)) if close else None
+
+
+def _unknown_keys(raw: dict, unknown: list[KeyPath], provenance: Provenance
+                  ) -> tuple[list[Diagnostic], dict[KeyPath, tuple[Any, list[KeyMapping]]]]:
+    """Diagnostics for the unknown keys, and the foreign leaves with their rows of the table."""
+    leaves = [leaf for path in unknown for leaf in _leaves(_get(raw, path), path)]
+    framework = detect([path for path, _ in leaves])
+    foreign = {path: (value, rows) for path, value in leaves
+               if (rows := mappings_for(path, framework)) and not _misspelt_section(path)
+               and not _misplaced(path, rows)}
+    if framework is not None and len(foreign) >= GROUP_AT:
+        return _grouped(raw, unknown, leaves, foreign, framework, provenance), foreign
+    out = []
+    for path in unknown:
+        within = [p for p in foreign if p[: len(path)] == path and p != path]
+        if within:
+            out += [_foreign(p, foreign[p][1], provenance) for p in within]
+        elif path in foreign:
+            out.append(_foreign(path, foreign[path][1], provenance))
+        else:
+            out.append(report(problems.UNKNOWN_KEY, f"unknown key `{format_key(path)}`", provenance.origin(path),
+                              help=_suggestion(path), key=format_key(path)))
+    return out, foreign
+
+
+def _foreign(path: KeyPath, rows: list[KeyMapping], provenance: Provenance) -> Diagnostic:
+    message, help = describe(format_key(path), rows)
+    return report(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=format_key(path))
+
+
+def _grouped(raw: dict, unknown: list[KeyPath], leaves: list[tuple[KeyPath, Any]],
+             foreign: dict[KeyPath, tuple[Any, list[KeyMapping]]], framework: str, provenance: Provenance
+             ) -> list[Diagnostic]:
+    """One diagnostic for a config written for another framework, plus the likely typos of fasync keys."""
+    typos = [path for path, _ in leaves if path not in foreign and _typo(path)]
+    exact, converted, missing = [], [], []
+    for path, _ in leaves:
+        if path in typos:
+            continue
+        rows = foreign[path][1] if path in foreign else ()
+        kinds = {row.kind for row in rows}
+        targets = list(dict.fromkeys(t for row in rows for t in row.targets))
+        if not rows or kinds == {NONE}:
+            missing.append(f"`{format_key(path)}`")
+        elif kinds == {SAME}:
+            exact.append(f"`{format_key(path)}` → {', '.join(f'`{t}`' for t in targets)}")
+        else:
+            notes = " ".join(dict.fromkeys(row.note for row in rows if row.note))
+            converted.append(f"`{format_key(path)}` → {', '.join(f'`{t}`' for t in targets)} ({notes})")
+    name = FRAMEWORKS[framework]
+    variant = " fully-async" if any(p[0] in ("async_training", "fully_async") for p, _ in leaves) else ""
+    parts = [f"the same value: {'; '.join(exact)}" if exact else "",
+             f"converted: {'; '.join(converted)}" if converted else "",
+             f"no equivalent: {', '.join(missing)}" if missing else "",
+             "the lint rules ran on the rest of the config with the keys of the first group (marked `assumed`) "
+             f"and defaults for the others; docs/migrate.md lists every {name} key"]
+    first = min((path for path, _ in leaves), key=lambda p: _position(provenance, p))
+    message = (f"this looks like a {name}{variant} config: {len(exact) + len(converted)} keys map to fasync keys "
+               f"({len(exact)} with the same value, {len(converted)} converted), {len(missing)} have no equivalent")
+    out = [report(problems.FOREIGN_KEY, message, provenance.origin(first), help="\n  ".join(p for p in parts if p))]
+    out += [report(problems.UNKNOWN_KEY, f"unknown key `{format_key(path)}`", provenance.origin(path),
+                   help=f"did you mean `{_typo(path)}`?", key=format_key(path)) for path in typos]
+    return out
+
+
+def _position(provenance: Provenance, path: KeyPath) -> tuple:
+    where = provenance.origin(path)
+    return where.file, where.line, where.column
 
 
 def _suggestion(path: KeyPath) -> str:
@@ -92,17 +213,50 @@ def _suggestion(path: KeyPath) -> str:
     return f"valid keys in {where}: {', '.join(fields)}"
 
 
-def _foreign_keys_within(value: Any, prefix: KeyPath, provenance: Provenance) -> Iterator[Diagnostic]:
-    """Inside an unknown mapping (e.g. verl's `actor_rollout_ref`), point at each foreign key we can translate.
+def _partial(raw: dict, unknown: list[KeyPath], invalid: list[KeyPath],
+             foreign: dict[KeyPath, tuple[Any, list[KeyMapping]]]) -> tuple[FasyncConfig | None, dict[str, str]]:
+    """The config without the keys that did not load, with the foreign keys whose mapping is exact."""
+    data = copy.deepcopy(raw)
+    assumed: dict[str, str] = {}
+    for path in invalid:
+        assumed[format_key(path)] = "at its default: the value written did not load"
+    for path in unknown:
+        typo = _typo(path)
+        if typo is not None:
+            assumed[typo] = f"at its default: `{format_key(path)}` was written instead"
+    for path in unknown + invalid:
+        _drop(data, path)
+    for path, (value, rows) in foreign.items():
+        if {row.kind for row in rows} != {SAME}:
+            continue
+        for target in dict.fromkeys(t for row in rows for t in row.targets):
+            section, name = target.split(".")
+            if name in data.get(section, {}) or format_key((section, name)) in assumed:
+                continue
+            data.setdefault(section, {})[name] = value
+            assumed[target] = f"{show_value(value)} from {rows[0].display}'s `{format_key(path)}`"
+    for _ in range(_ATTEMPTS):
+        try:
+            return FasyncConfig.model_validate(data), assumed
+        except ValidationError as exc:
+            for error in exc.errors(include_url=False):
+                path = _present_prefix(data, tuple(error["loc"]))
+                assumed[format_key(path)] = "at its default: the value did not load"
+                if not _drop(data, path):
+                    return None, assumed
+    return None, assumed
 
-    Keys that fasync itself has (a misspelt section's content) are left to the section's own diagnostic.
-    """
-    if not isinstance(value, dict):
-        return
-    for name, child in value.items():
-        path = prefix + (name,)
-        migration = migration_for(str(name))
-        if migration is not None and normalize(str(name)) not in _FIELD_NAMES:
-            message, help = describe(format_key(path), migration)
-            yield report(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=format_key(path))
-        yield from _foreign_keys_within(child, path, provenance)
+
+def _drop(data: dict, path: KeyPath) -> bool:
+    """Remove the value at `path` (a whole top-level entry for a list item); False when there is nothing."""
+    path = path[:1] if any(isinstance(p, int) for p in path) else path
+    if not path:
+        return False
+    try:
+        parent = _get(data, path[:-1])
+    except (KeyError, IndexError, TypeError):
+        return False
+    if isinstance(parent, dict) and path[-1] in parent:
+        del parent[path[-1]]
+        return True
+    return False

@@ -7,6 +7,7 @@ equal keys.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from fasync.diagnostics import Diagnostic, Location
 # Alias expansion can grow a small file exponentially ("billion laughs"); no config needs this many nodes.
 MAX_NODES = 20_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_TOML_TABLE = re.compile(rb"^\[\[?[A-Za-z0-9_.\-]+\]\]?\s*$", re.MULTILINE)
+_TOML_HELP = ("this looks like TOML (prime-rl's config format); fasync configs are YAML: docs/migrate.md lists "
+              "the fasync key of each prime-rl key")
 
 
 class _Loader(yaml.SafeLoader):
@@ -131,7 +135,12 @@ def _mark_location(file: str, mark) -> Location:
     return Location(file, mark.line + 1, mark.column + 1) if mark is not None else Location(file, 1, 1)
 
 
-def _syntax_error(file: str, text: bytes, exc: yaml.YAMLError) -> Diagnostic:
+def _toml(path: Path, text: bytes) -> str | None:
+    """The hint for a TOML file (prime-rl writes its configs in TOML), or None."""
+    return _TOML_HELP if path.suffix == ".toml" or _TOML_TABLE.search(text) else None
+
+
+def _syntax_error(file: str, text: bytes, exc: yaml.YAMLError, hint: str | None = None) -> Diagnostic:
     if isinstance(exc, yaml.MarkedYAMLError):
         location = _mark_location(file, exc.problem_mark or exc.context_mark)
         context = exc.context
@@ -145,7 +154,7 @@ def _syntax_error(file: str, text: bytes, exc: yaml.YAMLError) -> Diagnostic:
     else:
         location, message = Location(file, 1, 1), str(exc)
     return report(problems.YAML_SYNTAX, f"YAML syntax error: {message}", location,
-                  help="fix the YAML at this position; nothing in this file was loaded")
+                  help=hint or "fix the YAML at this position; nothing in this file was loaded")
 
 
 def _parse(text: bytes, file: str):
@@ -170,7 +179,7 @@ def read_layer(path: Path, file: str, named_at: Location | None) -> tuple[Layer 
     try:
         data, builder = _parse(text, file)
     except yaml.YAMLError as exc:
-        return None, [_syntax_error(file, text, exc)]
+        return None, [_syntax_error(file, text, exc, _toml(path, text))]
     except _Unreadable as exc:
         return None, [report(problems.YAML_SYNTAX, f"unsupported YAML: {exc}", _mark_location(file, exc.mark),
                              help="write the value out plainly")]
@@ -179,5 +188,6 @@ def read_layer(path: Path, file: str, named_at: Location | None) -> tuple[Layer 
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"the scalar {data!r}"
         return None, [report(problems.NOT_A_MAPPING, f"the top level of `{file}` is {kind}, not a mapping",
-                             Location(file, 1, 1), help="a config is `key: value` pairs, e.g. `mode: sync`")]
+                             Location(file, 1, 1), help=_toml(path, text) or "a config is `key: value` pairs, e.g. "
+                             "`mode: sync`")]
     return Layer(file, data, builder.positions), builder.duplicates

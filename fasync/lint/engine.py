@@ -8,6 +8,7 @@ config that could not be loaded always reports why.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,15 +39,27 @@ def matches(code: str, patterns: Sequence[str]) -> bool:
 
 def lint(result: LoadResult, select: Sequence[str] | None = None,
          ignore: Sequence[str] | None = None) -> list[Diagnostic]:
-    """The load diagnostics plus those of every selected rule, ordered by file and position."""
+    """The load diagnostics plus those of every selected rule, ordered by file and position. A config that did
+    not load as written is linted as far as it did load (`LoadResult.partial`)."""
     found = list(result.diagnostics)
-    if result.config is not None:
-        found += _rule_diagnostics(result, select, list(ignore or ()) + list(result.config.lint.ignore))
+    config = result.config or result.partial
+    if config is not None:
+        found += _rule_diagnostics(result, config, select, list(ignore or ()) + list(config.lint.ignore))
     return sorted(found, key=_position)
 
 
-def _rule_diagnostics(result: LoadResult, select: Sequence[str] | None, ignore: Sequence[str]) -> list[Diagnostic]:
-    config = result.config
+_KEY = re.compile(r"`([a-z_]+\.[a-z_]+)")
+
+
+def _assumptions(result: LoadResult, finding: Finding) -> str:
+    """" [assumed: ...]" when the finding is about, or names, a key whose value was not the one written."""
+    named = [finding.key] + _KEY.findall(finding.message)
+    used = [key for key in dict.fromkeys(named) if key in result.assumed]
+    return f" [assumed: {'; '.join(f'`{key}` {result.assumed[key]}' for key in used)}]" if used else ""
+
+
+def _rule_diagnostics(result: LoadResult, config: FasyncConfig, select: Sequence[str] | None,
+                      ignore: Sequence[str]) -> list[Diagnostic]:
     found, crashed = run_rules(config, select, ignore)
     out = [report(INTERNAL_ERROR, f"rule {rule.code} ({rule.name}) crashed: {type(exc).__name__}: {exc}",
                   result.provenance.origin(()), "this is a bug in fasync; please report it with this config")
@@ -54,7 +67,7 @@ def _rule_diagnostics(result: LoadResult, select: Sequence[str] | None, ignore: 
     reported = _failing(found)
     for rule, finding in found:
         fixes = [fix.describe() for fix in finding.fixes if _keeps_clean(fix, config, reported, ignore)]
-        out.append(Diagnostic(rule.code, rule.severity, finding.message, finding.key,
+        out.append(Diagnostic(rule.code, rule.severity, finding.message + _assumptions(result, finding), finding.key,
                               result.provenance.origin(finding.key), "; or ".join(fixes) or finding.help))
     return out
 
