@@ -22,34 +22,47 @@ SAMPLES = [
 ]
 
 
-def test_collate_right_pads_prompt_and_completion():
+def test_collate_right_pads_prompt_and_completion_and_each_padding_token_is_its_own_sequence():
     batch = collate(SAMPLES, PAD)
     assert batch.input_ids.tolist() == [[1, 5, 6, 7, 8, 2], [1, 5, 9, 0, 0, 0], [1, 4, 4, 4, 3, 3]]
-    assert batch.attention_mask.tolist() == [[1] * 6, [1, 1, 1, 0, 0, 0], [1] * 6]
-    assert batch.position_ids.tolist() == [list(range(6))] * 3
+    assert batch.position_ids.tolist() == [list(range(6)), [0, 1, 2, 0, 0, 0], list(range(6))]
     assert batch.advantages.tolist() == [1.5, -0.5, 0.0]
     assert batch.anchor_logp is None
 
 
-def test_completion_mask_marks_the_positions_that_score_completion_tokens():
+def test_completion_layout_holds_each_sequence_completion_from_column_zero():
     batch = collate(SAMPLES, PAD)
-    # Entry t scores input_ids[t + 1]: the first completion token is scored from the last prompt token.
-    assert batch.completion_mask.tolist() == [
-        [False, False, True, True, True],
-        [False, True, False, False, False],
-        [False, False, False, True, True],
-    ]
-    for row, s in enumerate(SAMPLES):
-        assert batch.input_ids[row, 1:][batch.completion_mask[row]].tolist() == s.output_ids
-
-
-def test_behaviour_logprobs_sit_under_the_completion_mask_and_zero_elsewhere():
-    batch = collate(SAMPLES, PAD)
+    assert batch.completion_mask.tolist() == [[True, True, True], [True, False, False], [True, True, False]]
+    assert batch.num_tokens == 6
     for row, s in enumerate(SAMPLES):
         assert batch.behaviour_logprobs[row][batch.completion_mask[row]].tolist() == pytest.approx(
             s.behaviour_logprobs)
     assert (batch.behaviour_logprobs[~batch.completion_mask] == 0).all()
-    assert batch.behaviour_logprobs.shape == batch.completion_mask.shape
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_score_positions_point_at_the_token_before_each_completion_token(packed):
+    batch = collate(SAMPLES, PAD, packed=packed)
+    flat = batch.input_ids.reshape(-1)
+    # The logits at position p predict the token at p + 1, which is the completion token scored.
+    assert flat[batch.score_positions + 1].tolist() == batch.score_targets.tolist()
+    assert batch.score_targets.tolist() == [t for s in SAMPLES for t in s.output_ids]
+    placed = batch.scored(batch.score_targets.float())
+    for row, s in enumerate(SAMPLES):
+        assert placed[row][batch.completion_mask[row]].tolist() == s.output_ids
+
+
+def test_packed_rows_restart_positions_per_sequence():
+    batch = collate(SAMPLES, PAD, packed=True)
+    assert batch.input_ids.tolist() == [[1, 5, 6, 7, 8, 2, 1, 5, 9, 1, 4, 4, 4, 3, 3]]
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 2, 3, 4, 5]]
+
+
+def test_an_empty_micro_batch_scores_one_masked_padding_entry():
+    batch = collate([], PAD)
+    assert batch.input_ids.tolist() == [[PAD]]
+    assert batch.score_positions.tolist() == [0] and batch.num_tokens == 0
+    assert batch.completion_mask.tolist() == [[False]]
 
 
 def derived(prompts=4, n=4, **train):
@@ -135,3 +148,16 @@ def test_rank_shares_are_disjoint_and_cover_the_step(world_size, micro):
     assert len(flat) == len(set(flat))
     for rank in range(world_size):
         assert all(len(batch) <= micro for batch in rank_micro_batches(step, lengths, rank, world_size, micro))
+
+
+def test_token_budget_packs_first_fit_longest_first_and_a_long_sample_goes_alone():
+    lengths = [9, 3, 8, 4, 2, 7, 20]
+    batches = rank_micro_batches(range(7), lengths, 0, 1, 1, max_tokens=12)
+    assert batches == [[6], [0, 1], [2, 3], [5, 4]]
+    assert all(sum(lengths[i] for i in b) <= 12 for b in batches if len(b) > 1)
+
+
+def test_ranks_with_fewer_micro_batches_get_empty_ones_to_stay_paired():
+    lengths = [5] * 5
+    assert rank_micro_batches(range(5), lengths, 0, 2, 2) == [[0, 2], [4]]
+    assert rank_micro_batches(range(5), lengths, 1, 2, 2) == [[1, 3], []]

@@ -11,7 +11,7 @@ from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
 from fasync.drivers.common import build_factory
-from fasync.model import build_tokenizer, token_logprobs
+from fasync.model import build_tokenizer
 from fasync.rollout.engine import build_engine
 from fasync.rollout.types import GroupId, Sample
 from fasync.train.advantages import compute_advantages
@@ -52,8 +52,8 @@ def trainer_logprobs(trainer: Trainer, samples: list[Sample], temperature: float
     batch = collate(samples, trainer.pad_id)
     temperature = trainer.cfg.rollout.temperature if temperature is None else temperature
     with torch.no_grad():
-        logp, _ = token_logprobs(trainer.model, batch.input_ids, batch.attention_mask, batch.position_ids,
-                                 temperature)
+        logp, _ = trainer.model(batch.input_ids, position_ids=batch.position_ids, score=batch.request(temperature))
+    logp = batch.scored(logp)
     return [logp[row][batch.completion_mask[row]].tolist() for row in range(len(samples))]
 
 

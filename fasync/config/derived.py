@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from fasync.config.schema import FasyncConfig
+from fasync.memory import default_strategy
 from fasync.staleness import LagBound, max_lag
 
 
@@ -43,6 +44,8 @@ class Derived:
     """Most new tokens an engine call gives each request: `async.tokens_per_call` in fully_async with partial
     rollout (without it a completion must finish under the weights it started with); None: calls run to
     completion."""
+    train_strategy: str
+    """`train.strategy`, or its default by model size (fasync.memory.default_strategy)."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -91,5 +94,6 @@ def derive(cfg: FasyncConfig) -> Derived:
         max_queue_size=queue,
         max_concurrent_samples=concurrent,
         ratio_anchor=anchor,
+        train_strategy=train.strategy or default_strategy(cfg),
         tokens_per_call=cfg.async_.tokens_per_call if cfg.mode == "fully_async" and cfg.async_.partial_rollout else None,
     )

@@ -46,6 +46,10 @@ class DataConfig(Section):
         4096, ge=1, description="Built-in tasks: size of the generated prompt pool (sampled with replacement)."
     )
     seed: int = Field(0, description="Seed for generating and shuffling prompts.")
+    max_prompt_tokens: Optional[int] = Field(
+        None, ge=1, description="Longest prompt in tokens, for the memory check (`fasync check --preflight` "
+        "measures the dataset against it). Null: a built-in task's own length; 1024 for a dataset file.",
+    )
 
 
 class RewardConfig(Section):
@@ -124,6 +128,21 @@ class TrainConfig(Section):
         "token_mean", description="Average the loss over all tokens, or per sequence then over sequences."
     )
     seed: int = Field(0, description="Seed for model initialisation and sampling.")
+    strategy: Optional[Literal["ddp", "fsdp2"]] = Field(
+        None, description="`ddp`: every rank holds the whole model and AdamW state and the gradients are summed. "
+        "`fsdp2`: parameters, gradients and AdamW state sharded over the ranks (torch fully_shard), fp32 master "
+        "weights, `model.dtype` compute and fp32 gradient reduction. Null: fsdp2 when several GPU ranks would "
+        "each spend over a quarter of `resources.gpu_memory_gb` on a replica's weights, gradients and AdamW "
+        "state (16 bytes per parameter), else ddp.",
+    )
+    activation_checkpointing: bool = Field(
+        False, description="Recompute each decoder layer's activations in backward instead of keeping them."
+    )
+    max_tokens_per_micro_batch: Optional[int] = Field(
+        None, ge=1, description="Micro batches by tokens: as many sequences as fit in this many tokens, packed "
+        "into one row (positions restart per sequence, attention stays within it), instead of "
+        "`train.micro_batch_size` padded rows. A longer sequence goes alone. Null: `train.micro_batch_size`.",
+    )
 
 
 class AsyncConfig(Section):
@@ -216,6 +235,10 @@ class ResourcesConfig(Section):
     colocate: bool = Field(False, description="Share GPUs between rollout and training (they then take turns).")
     rollout_threads: int = Field(1, ge=1, description="torch threads per rollout engine on CPU.")
     train_threads: int = Field(1, ge=1, description="torch threads per trainer rank on CPU.")
+    gpu_memory_gb: float = Field(
+        80.0, gt=0.0, description="Memory of each GPU in GB (10^9 bytes), against which `fasync check` sets the "
+        "per-GPU memory estimate (fasync/memory.py).",
+    )
 
 
 class LoggingConfig(Section):

@@ -100,9 +100,14 @@ class TrainerActor:
     def rollout_state_dict(self):
         return self.trainer.rollout_state_dict()
 
-    def rollout_weights(self) -> dict:
-        """The rollout state dict as the engines load it (`weights_to_arrays`)."""
-        return weights_to_arrays(self.trainer.rollout_state_dict())
+    def rollout_weights(self) -> dict | None:
+        """The rollout state dict as the engines load it (`weights_to_arrays`), from rank 0; the other ranks
+        only take part in gathering it (under FSDP2 each tensor is a collective) and return None."""
+        if self.trainer.rank == 0:
+            return weights_to_arrays(self.trainer.rollout_state_dict())
+        for _ in self.trainer.weight_buckets():
+            pass
+        return None
 
     def save(self, path: str) -> None:
         self.trainer.save(path)
@@ -135,10 +140,11 @@ class TrainerGroup:
         return results[0]
 
     def state_dict_ref(self):
-        return self.ranks[0].rollout_weights.remote()
+        # Every rank takes part (FSDP2 gathers each tensor from all shards); rank 0's copy is the one sent.
+        return [rank.rollout_weights.remote() for rank in self.ranks][0]
 
     def save(self, path: str) -> None:
-        ray.get(self.ranks[0].save.remote(path))
+        ray.get([rank.save.remote(path) for rank in self.ranks])
 
     def kill(self) -> None:
         for rank in self.ranks:

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from fasync.errors import ConfigurationError
+from fasync.model.scoring import ScoreRequest, score_hidden
 from fasync.model.tokenizer import check_model_dir
 
 WRAPPER_PREFIX = "lm."
@@ -38,15 +39,30 @@ class HFCausalLM(nn.Module):
             cache.update(keys.contiguous(), values.contiguous(), index)
         return cache
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None) -> torch.Tensor:
-        output = self.lm(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=cache is not None,
-            **{self._cache_argument: cache},
-        )
-        return output.logits
+    def decoder_layers(self) -> nn.ModuleList:
+        """The repeated blocks: the units of activation checkpointing and of FSDP2 sharding."""
+        layers = getattr(self.lm.get_decoder(), "layers", None)
+        if not isinstance(layers, nn.ModuleList):
+            raise ConfigurationError(f"model.path: {type(self.lm).__name__} has no `layers` list of decoder blocks "
+                                     "to shard or checkpoint")
+        return layers
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None,
+                score: ScoreRequest | None = None):
+        """Logits [B, T, V]; with `score`, the requested tokens' logprobs and entropies [N]. Without an
+        attention mask, restarts of `position_ids` separate sequences packed into one row (transformers
+        then masks attention between them)."""
+        arguments = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         use_cache=cache is not None, **{self._cache_argument: cache})
+        if score is None:
+            return self.lm(**arguments).logits
+        config = self.lm.config
+        if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+            raise ConfigurationError(f"model.path: {config.model_type} transforms its logits after the output "
+                                     "projection, which fasync's chunked scoring does not apply")
+        hidden = self.lm.get_decoder()(**arguments).last_hidden_state
+        head = self.lm.get_output_embeddings()
+        return score_hidden(hidden, head.weight, head.bias, score)
 
 
 def hf_parameter_names(state_dict: dict) -> dict:

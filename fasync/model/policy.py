@@ -1,7 +1,8 @@
 """Building the policy and scoring tokens under it: the one definition trainer and engines share.
 
 A policy module is called as `model(input_ids, attention_mask=..., position_ids=...)` and returns
-logits [B, T, V]; for decoding it also takes `cache=` (from `model.new_cache(batch, max_len)`), has a
+logits [B, T, V], or with `score=` (a `fasync.model.scoring.ScoreRequest`) the logprobs and entropies
+of the requested tokens only; it names its repeated blocks (`decoder_layers()`); for decoding it also takes `cache=` (from `model.new_cache(batch, max_len)`), has a
 `max_seq_len` (None: unbounded), and moves a cache's keys and values out and in per layer
 (`cache_layers`, `cache_from_layers`), so that an engine can continue a context another call began.
 """
@@ -12,13 +13,15 @@ import torch
 from torch import nn
 
 from fasync.config.schema import ModelConfig
+from fasync.model.scoring import next_token_request
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build_model(model_cfg: ModelConfig, tokenizer, seed: int) -> nn.Module:
-    """The policy of `model_cfg` on the CPU: the same weights for the same seed, global RNG untouched."""
-    dtype = DTYPES[model_cfg.dtype]
+def build_model(model_cfg: ModelConfig, tokenizer, seed: int, dtype: torch.dtype | None = None) -> nn.Module:
+    """The policy of `model_cfg` on the CPU: the same weights for the same seed, global RNG untouched. Its
+    parameters are `model.dtype`, or `dtype` (the trainer keeps fp32 master weights)."""
+    dtype = dtype or DTYPES[model_cfg.dtype]
     if model_cfg.path is not None:
         from fasync.model.hf import load_hf_model
 
@@ -61,14 +64,16 @@ def sampling_logprobs(logits: torch.Tensor, temperature: float = 1.0, top_p: flo
 def token_logprobs(
     model: nn.Module,
     input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     position_ids: torch.Tensor,
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability of each next token [B, T-1] under softmax(logits / temperature), and the
-    entropy [B, T-1] of that distribution (entry t scores input_ids[:, t + 1])."""
-    logits = model(input_ids, attention_mask=attention_mask, position_ids=position_ids)
-    logprobs = sampling_logprobs(logits[:, :-1], temperature)
-    chosen = logprobs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    entropy = -(logprobs.exp() * logprobs).sum(-1)
-    return chosen, entropy
+    entropy [B, T-1] of that distribution (entry t scores input_ids[:, t + 1]).
+
+    Every position is scored, a chunk at a time (`fasync.model.scoring`); the trainer asks for its
+    completion tokens only."""
+    request = next_token_request(input_ids, temperature, entropy_grad=True)
+    logprobs, entropy = model(input_ids, attention_mask=attention_mask, position_ids=position_ids, score=request)
+    shape = (input_ids.shape[0], input_ids.shape[1] - 1)
+    return logprobs.view(shape), entropy.view(shape)

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fasync.model.scoring import ScoreRequest, score_hidden
+
 
 @dataclass(frozen=True)
 class TinyConfig:
@@ -120,25 +122,34 @@ class TinyTransformer(nn.Module):
         cache.length = filled
         return cache
 
+    def decoder_layers(self) -> nn.ModuleList:
+        """The repeated blocks: the units of activation checkpointing and of FSDP2 sharding."""
+        return self.blocks
+
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         cache: KVCache | None = None,
-    ) -> torch.Tensor:
-        """Logits [B, T, V] for `input_ids` [B, T].
+        score: ScoreRequest | None = None,
+    ):
+        """Logits [B, T, V] for `input_ids` [B, T]; with `score`, only the requested tokens' logprobs and
+        entropies [N] (`fasync.model.scoring`).
 
         `attention_mask` [B, past + T] marks real tokens (1) and padding (0) over the cached and
-        the new positions; `position_ids` [B, T] default to counting on from the cache.
+        the new positions; `position_ids` [B, T] default to counting on from the cache. Without a mask
+        or a cache, a row may hold several sequences packed one after another: each restart of
+        `position_ids` begins a sequence that attends only to itself.
         """
         batch, length = input_ids.shape
         past = cache.length if cache is not None else 0
         device = input_ids.device
-        if attention_mask is None:
-            attention_mask = torch.ones(batch, past + length, dtype=torch.long, device=device)
         if position_ids is None:
             position_ids = torch.arange(past, past + length, device=device).expand(batch, length)
+        if attention_mask is None:
+            attention_mask = (packed_segments(position_ids) if cache is None
+                              else torch.ones(batch, past + length, dtype=torch.long, device=device))
         mask = _attention_mask(attention_mask, past, length)
         x = self.token_embedding(input_ids) + self.position_embedding(position_ids)
         for layer, block in enumerate(self.blocks):
@@ -146,17 +157,28 @@ class TinyTransformer(nn.Module):
         if cache is not None:
             cache.length += length
         x = self.ln_final(x)
-        return F.linear(x, self.token_embedding.weight) if self.lm_head is None else self.lm_head(x)
+        output = self.token_embedding if self.lm_head is None else self.lm_head
+        if score is not None:
+            return score_hidden(x, output.weight, None, score)
+        return F.linear(x, output.weight)
 
 
-def _attention_mask(attention_mask: torch.Tensor, past: int, length: int) -> torch.Tensor:
-    """Boolean [B, 1, T, past + T]: each query sees the real keys at or before its position.
+def packed_segments(position_ids: torch.Tensor) -> torch.Tensor:
+    """[B, T] sequence numbers from 1, a new one wherever a row's positions do not count on by one."""
+    step = torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1)
+    return (step != 1).cumsum(-1) + 1
 
-    A padding query would see no key at all (and softmax would give NaN), so every query also sees
-    itself; padding outputs are never read.
+
+def _attention_mask(segments: torch.Tensor, past: int, length: int) -> torch.Tensor:
+    """Boolean [B, 1, T, past + T]: each query sees the keys of its own sequence at or before its position.
+
+    `segments` [B, past + T] numbers each token's sequence (0: padding); an attention mask of ones and
+    zeros is one sequence. A padding query would see no key at all (and softmax would give NaN), so
+    every query also sees itself; padding outputs are never read.
     """
-    device = attention_mask.device
+    device = segments.device
     query_pos = torch.arange(past, past + length, device=device)[:, None]
     key_pos = torch.arange(past + length, device=device)[None, :]
-    real_keys = attention_mask.bool()[:, None, None, :]
-    return (real_keys & (key_pos <= query_pos)) | (key_pos == query_pos)
+    keys = segments[:, None, None, :]
+    queries = segments[:, past:, None][:, None]
+    return ((keys == queries) & (keys > 0) & (key_pos <= query_pos)) | (key_pos == query_pos)

@@ -26,12 +26,14 @@ from torch import Tensor
 
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
-from fasync.model import build_model, build_tokenizer, token_logprobs
+from fasync.model import build_model, build_tokenizer
+from fasync.model.policy import DTYPES
 from fasync.rollout.types import Sample
 from fasync.train import correction, distributed
 from fasync.train.advantages import compute_advantages
 from fasync.train.batching import MicroBatch, collate, plan_steps, rank_micro_batches
 from fasync.train.losses import aggregate, clipped_surrogate, k3_kl
+from fasync.train.weights import DEFAULT_BUCKET_BYTES, weight_buckets
 
 # Correction metrics that combine across micro batches by max instead of a token-weighted mean.
 _MAX_METRICS = {"is/weight_max"}
@@ -41,21 +43,36 @@ class Trainer:
     def __init__(self, cfg: FasyncConfig, rank: int = 0, world_size: int = 1, init_method: str | None = None):
         self.cfg = cfg
         self.derived = derive(cfg)
+        self.strategy = self.derived.train_strategy
         self.rank, self.world_size = rank, world_size
-        self.device = torch.device("cuda" if cfg.resources.gpus_per_trainer_rank and torch.cuda.is_available()
-                                   else "cpu")
+        self.device = distributed.local_device(cfg.resources.gpus_per_trainer_rank)
         tokenizer = build_tokenizer(cfg.model, cfg.data)
         self.pad_id = tokenizer.pad_id
-        distributed.init(rank, world_size, init_method)
+        distributed.init(rank, world_size, init_method, self.device, always=self.strategy == "fsdp2")
+        self.compute_dtype = DTYPES[cfg.model.dtype]
+        # fp32 master weights, so that the AdamW moments and the updates are fp32 too: in bf16, an update
+        # at lr 1e-6 is below the weights' precision and vanishes. The forward runs in `model.dtype`.
         # Eval mode throughout, gradients or not: with dropout on, the policy trained would not be the one the
         # engines sample from (and score behaviour logprobs with), so even fresh samples would look off-policy.
-        self.model = build_model(cfg.model, tokenizer, seed=cfg.train.seed).to(self.device).eval()
-        distributed.broadcast_parameters(self.model)
+        self.model = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32).to(self.device).eval()
+        if cfg.train.activation_checkpointing:
+            from torch.distributed._composable import checkpoint
+
+            for layer in self.model.decoder_layers():
+                checkpoint(layer)
         self.reference = None
         if cfg.train.kl_coef > 0:
             self.reference = build_model(cfg.model, tokenizer, seed=cfg.train.seed).to(self.device).eval()
-            self.reference.load_state_dict(self.model.state_dict())
             self.reference.requires_grad_(False)
+        if self.strategy == "fsdp2":
+            # Every rank builds the same weights (one seed, or the same files), so nothing is broadcast.
+            distributed.shard(self.model, self.compute_dtype)
+            if self.reference is not None:
+                distributed.shard(self.reference, self.compute_dtype, trainable=False)
+        else:
+            distributed.broadcast_parameters(self.model)
+            if self.reference is not None:
+                self.reference.load_state_dict(self.model.state_dict())
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
         self.rollouts = 0
@@ -84,27 +101,37 @@ class Trainer:
                 for step, batches in zip(steps, step_batches)]
 
     def _micro_batches(self, samples: list[Sample], steps: list[range]) -> list[list[MicroBatch]]:
-        micro = self.derived.micro_batch_size
+        train = self.cfg.train
+        packed = train.max_tokens_per_micro_batch is not None
         lengths = [len(s.prompt_ids) + len(s.output_ids) for s in samples]
         return [
-            [collate([samples[i] for i in rows], self.pad_id).to(self.device)
-             for rows in rank_micro_batches(step, lengths, self.rank, self.world_size, micro)]
+            [collate([samples[i] for i in rows], self.pad_id, packed).to(self.device)
+             for rows in rank_micro_batches(step, lengths, self.rank, self.world_size, self.derived.micro_batch_size,
+                                            train.max_tokens_per_micro_batch)]
             for step in steps
         ]
 
+    def _scores(self, batch: MicroBatch, model=None, entropy_grad: bool = False) -> tuple[Tensor, Tensor]:
+        """Logprobs and entropies [S, L] of the batch's completion tokens (`MicroBatch.scored`)."""
+        model = self.model if model is None else model
+        # FSDP2 casts the parameters itself; replicated fp32 master weights compute under autocast.
+        autocast = self.strategy == "ddp" and self.compute_dtype != torch.float32 and model is self.model
+        with torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=autocast):
+            logp, entropy = model(batch.input_ids, position_ids=batch.position_ids,
+                                  score=batch.request(self.cfg.rollout.temperature, entropy_grad))
+        return batch.scored(logp), batch.scored(entropy)
+
     @torch.no_grad()
     def _logprobs(self, batch: MicroBatch, model=None) -> Tensor:
-        logp, _ = token_logprobs(self.model if model is None else model, batch.input_ids, batch.attention_mask,
-                                 batch.position_ids, self.cfg.rollout.temperature)
-        return logp
+        return self._scores(batch, model)[0]
 
     def _step(self, step_samples: list[Sample], batches: list[MicroBatch], current_version: int) -> dict:
         start = time.monotonic()
         train = self.cfg.train
         anchor = self.derived.ratio_anchor
-        tokens = sum(int(b.completion_mask.sum()) for b in batches)
+        tokens = sum(b.num_tokens for b in batches)
         step_tokens, step_sequences = (int(v) for v in distributed.sum_scalars(
-            [tokens, sum(int(b.completion_mask.any(-1).sum()) for b in batches)]))
+            [tokens, sum(int(b.completion_mask.any(-1).sum()) for b in batches)], self.device))
         sums: dict[str, float] = defaultdict(float)
         # Correction metrics of this rank: token-weighted sums, and maxima.
         correction_sums: dict[str, float] = defaultdict(float)
@@ -112,8 +139,7 @@ class Trainer:
 
         self.optimizer.zero_grad(set_to_none=True)
         for batch in batches:
-            logp, entropy = token_logprobs(self.model, batch.input_ids, batch.attention_mask, batch.position_ids,
-                                           self.cfg.rollout.temperature)
+            logp, entropy = self._scores(batch, entropy_grad=train.entropy_coef != 0)
             if anchor == "behaviour":
                 old = batch.behaviour_logprobs
                 corrected = correction.apply(logp, old, batch.completion_mask, self.cfg.correction)
@@ -139,24 +165,26 @@ class Trainer:
                 sums[name] += float(part.detach())
             sums["clipped"] += float((clipped & keep).sum())
             sums["kept"] += kept
-            batch_tokens = int(batch.completion_mask.sum())
-            for name, value in corrected.metrics.items():
+            batch_tokens = batch.num_tokens
+            for name, value in corrected.metrics.items() if batch_tokens else ():
                 if name in _MAX_METRICS:
                     correction_maxima[name] = max(correction_maxima.get(name, value), value)
                 else:
                     correction_sums[name] += value * batch_tokens
 
         names = ["loss", "pg_loss", "entropy", "kl", "clipped", "kept"]
-        totals = dict(zip(names, distributed.sum_scalars([sums[name] for name in names])))
+        totals = dict(zip(names, distributed.sum_scalars([sums[name] for name in names], self.device)))
         record = {"skipped": totals["kept"] == 0, "skip_reason": None}
         if record["skipped"]:
             # Every token was rejected: a step now would only apply weight decay and momentum.
             record["skip_reason"] = "all tokens rejected by correction"
             grad_norm = 0.0
         else:
-            distributed.sum_gradients(self.model)
+            if self.strategy == "ddp":
+                distributed.sum_gradients(self.model)
             max_norm = train.grad_clip if train.grad_clip is not None else float("inf")
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            grad_norm = float(distributed.full_value(norm))
             self.optimizer.step()
             self.steps += 1
         correction_metrics = _combine_correction_metrics(
@@ -186,22 +214,42 @@ class Trainer:
 
     # -- weights -------------------------------------------------------------------------------
 
+    def weight_buckets(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES):
+        """The policy's weights in the engines' dtype, whole, bucketed, on the trainer's device; every rank
+        must iterate (`fasync.train.weights`)."""
+        return weight_buckets(self.model, self.compute_dtype, bucket_bytes)
+
     def rollout_state_dict(self) -> dict[str, Tensor]:
-        """Weights for the rollout engines, on the CPU (what crosses to the engine actors)."""
-        return {name: tensor.detach().cpu() for name, tensor in self.model.state_dict().items()}
+        """Weights for the rollout engines, on the CPU (what crosses to the engine actors); every rank must call."""
+        return {name: tensor.cpu() for bucket in self.weight_buckets() for name, tensor in bucket}
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "rollouts": self.rollouts, "steps": self.steps}
+        """Whole model and optimizer state; under FSDP2 every rank must call (the shards are gathered)."""
+        if self.strategy == "fsdp2":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+            model, optimizer = get_state_dict(self.model, self.optimizer,
+                                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        else:
+            model, optimizer = self.model.state_dict(), self.optimizer.state_dict()
+        return {"model": model, "optimizer": optimizer, "rollouts": self.rollouts, "steps": self.steps}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.strategy == "fsdp2":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                           optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.rollouts, self.steps = state["rollouts"], state["steps"]
 
     def save(self, path: str) -> None:
+        """Rank 0 writes `path`; every rank must call (FSDP2 gathers the state from all of them)."""
+        state = self.state_dict()
         if self.rank == 0:
-            torch.save(self.state_dict(), path)
+            torch.save(state, path)
 
 
 def _combine_correction_metrics(shares: list[tuple[dict[str, float], dict[str, float]]], step_tokens: int) -> dict:
