@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fasync.diagnostics import Severity
-from fasync.lint.registry import Finding, rule
+from fasync.lint.registry import Finding, Fix, rule
 from fasync.lint.rules.facts import ASYNC_MODES, plural
 
 
@@ -102,4 +102,46 @@ def idle_engines(cfg, derived):
             f"{engines} rollout engines but a generation round has only {plural(groups, 'prompt group')}: the driver "
             f"gives each engine whole groups, so {engines - groups} engines never generate",
             f"set `resources.num_rollout_engines` to at most {groups}",
+        )
+
+
+@rule(
+    "R005", "idle-engine-gpus", Severity.WARNING,
+    summary="Several GPUs per torch engine: all but one sit idle.",
+    what="Reports `resources.gpus_per_engine` above 1 with `rollout.engine: hf`.",
+    why="`gpus_per_engine` is vLLM's tensor-parallel size: a vLLM engine splits the model over that many GPUs. "
+    "The torch engine runs on one device, so Ray reserves the others for it and nothing uses them.",
+)
+def idle_engine_gpus(cfg, derived):
+    res = cfg.resources
+    if cfg.rollout.engine == "hf" and res.gpus_per_engine > 1:
+        yield Finding(
+            "resources.gpus_per_engine",
+            f"the torch engine (`rollout.engine: hf`) runs on one GPU, so {res.gpus_per_engine - 1} of each "
+            f"engine's {res.gpus_per_engine} GPUs sit idle",
+            "use `rollout.engine: vllm`, which splits the model over them (tensor parallel), or more engines",
+            (Fix((("resources.gpus_per_engine", 1),
+                  ("resources.num_rollout_engines", res.num_rollout_engines * res.gpus_per_engine)),
+                 "one engine per GPU"),),
+        )
+
+
+@rule(
+    "R006", "idle-trainer-gpus", Severity.WARNING,
+    summary="Several GPUs per trainer rank: all but one sit idle.",
+    what="Reports `resources.gpus_per_trainer_rank` above 1.",
+    why="A trainer rank is one process on one GPU; fasync spreads training over GPUs by running more ranks "
+    "(data parallel, or sharded with `train.strategy: fsdp2`). A rank that reserves more GPUs leaves the rest idle.",
+)
+def idle_trainer_gpus(cfg, derived):
+    res = cfg.resources
+    if res.gpus_per_trainer_rank > 1:
+        ranks = res.trainer_ranks * res.gpus_per_trainer_rank
+        yield Finding(
+            "resources.gpus_per_trainer_rank",
+            f"each trainer rank trains on one GPU, so {res.gpus_per_trainer_rank - 1} of its "
+            f"{res.gpus_per_trainer_rank} GPUs sit idle",
+            f"set `resources.trainer_ranks: {ranks}` and `resources.gpus_per_trainer_rank: 1`",
+            (Fix((("resources.trainer_ranks", ranks), ("resources.gpus_per_trainer_rank", 1)),
+                 f"{ranks} ranks, one per GPU"),),
         )
