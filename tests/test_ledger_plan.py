@@ -41,7 +41,9 @@ def test_plan_counts_actors_and_resources():
     )
     plan = plan_resources(cfg)
     assert plan.gpus_needed == 4
-    assert plan.engine_options() == {"num_cpus": 1.0, "num_gpus": 1}
+    assert plan.engine_options(1) == {"num_cpus": 1.0, "num_gpus": 1.0, "slot": plan.engine_slots[1]}
+    assert plan.engine_slots[1].group == "engines" and plan.engine_slots[1].bundles == (1,)
+    assert [slot.bundles for slot in plan.trainer_slots] == [(0,), (1,)]
     roles = {spec.role for spec in plan.actors}
     assert roles == {"rollout engine", "trainer rank", "rollouter and its sample queue"}
     text = plan.describe()

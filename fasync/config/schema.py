@@ -235,6 +235,10 @@ class ResourcesConfig(Section):
     colocate: bool = Field(False, description="Share GPUs between rollout and training (they then take turns).")
     rollout_threads: int = Field(1, ge=1, description="torch threads per rollout engine on CPU.")
     train_threads: int = Field(1, ge=1, description="torch threads per trainer rank on CPU.")
+    gpus_per_node: Optional[int] = Field(
+        None, ge=1, description="GPUs on each node, for the node and GPU indices `fasync train --dry-run` "
+        "prints (placement groups fill nodes in order). Null: one node holds them all.",
+    )
     gpu_memory_gb: float = Field(
         80.0, gt=0.0, description="Memory of each GPU in GB (10^9 bytes), against which `fasync check` sets the "
         "per-GPU memory estimate (fasync/memory.py).",

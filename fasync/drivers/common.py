@@ -12,6 +12,7 @@ import ray
 from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
 from fasync.launch.actors import TrainerGroup, pack, push_weights, start_engines, unpack
+from fasync.launch.placement import Placement
 from fasync.launch.plan import ResourcePlan
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
@@ -104,8 +105,10 @@ class Run:
         self.ledger = Ledger()
         self.factory = factory
         self._owns_engines = engines is None
-        self.engines = engines if engines is not None else start_engines(cfg, plan)
-        self.trainer = TrainerGroup(cfg, plan)
+        # Every GPU of the run reserved at once, before any actor starts (fasync/launch/plan.py).
+        self.placement = Placement(plan)
+        self.engines = engines if engines is not None else start_engines(cfg, plan, self.placement)
+        self.trainer = TrainerGroup(cfg, plan, self.placement)
         self.version = 0
         self.clock = VersionClock()
         self.step = 0
@@ -229,3 +232,4 @@ class Run:
         self.trainer.kill()
         for engine in self.engines if self._owns_engines else ():
             ray.kill(engine)
+        self.placement.remove()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 
 import ray
 
@@ -88,11 +87,24 @@ class EngineActor:
 
 @ray.remote
 class TrainerActor:
-    def __init__(self, cfg: FasyncConfig, rank: int, world_size: int, init_method: str | None):
+    """Started in two steps: the actors first, so that rank 0's node (and a free port on it) is known; then
+    `setup` with that rendezvous address on every rank."""
+
+    def __init__(self, cfg: FasyncConfig, rank: int, world_size: int):
         _limit_threads(cfg.resources.train_threads)
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        self.trainer = None
+
+    def rendezvous(self) -> str:
+        from fasync.launch.placement import rendezvous_address
+        from fasync.train.distributed import free_port
+
+        return rendezvous_address(free_port("0.0.0.0"))
+
+    def setup(self, init_method: str | None) -> None:
         from fasync.train.trainer import Trainer
 
-        self.trainer = Trainer(cfg, rank=rank, world_size=world_size, init_method=init_method)
+        self.trainer = Trainer(self.cfg, rank=self.rank, world_size=self.world_size, init_method=init_method)
 
     def train_rollout(self, samples: bytes, current_version: int):
         return self.trainer.train_rollout(unpack(samples), current_version)
@@ -113,22 +125,18 @@ class TrainerActor:
         self.trainer.save(path)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class TrainerGroup:
     """All data-parallel ranks, driven as one: every rank gets the same rollout and takes its shard."""
 
-    def __init__(self, cfg: FasyncConfig, plan: ResourcePlan):
+    def __init__(self, cfg: FasyncConfig, plan: ResourcePlan, placement=None):
         world = cfg.resources.trainer_ranks
-        init_method = f"tcp://127.0.0.1:{_free_port()}" if world > 1 else None
-        options = plan.trainer_options()
         self.ranks = [
-            TrainerActor.options(**options).remote(cfg, rank, world, init_method) for rank in range(world)
+            TrainerActor.options(**_placed(plan.trainer_options(rank), placement)).remote(cfg, rank, world)
+            for rank in range(world)
         ]
+        # Rank 0's node IP, never loopback: ranks on other nodes dial it.
+        init_method = ray.get(self.ranks[0].rendezvous.remote()) if world > 1 else None
+        ray.get([rank.setup.remote(init_method) for rank in self.ranks])
 
     def train_rollout(self, samples, current_version: int) -> list[dict]:
         payload = pack(samples)
@@ -151,9 +159,13 @@ class TrainerGroup:
             ray.kill(rank)
 
 
-def start_engines(cfg: FasyncConfig, plan: ResourcePlan) -> list:
-    options = plan.engine_options()
-    return [EngineActor.options(**options).remote(cfg, index) for index in range(cfg.resources.num_rollout_engines)]
+def _placed(options: dict, placement) -> dict:
+    return placement.options(options) if placement is not None else {k: v for k, v in options.items() if k != "slot"}
+
+
+def start_engines(cfg: FasyncConfig, plan: ResourcePlan, placement=None) -> list:
+    return [EngineActor.options(**_placed(plan.engine_options(index), placement)).remote(cfg, index)
+            for index in range(cfg.resources.num_rollout_engines)]
 
 
 def push_weights(engines: list, state_ref, version: int) -> list:

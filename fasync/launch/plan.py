@@ -1,4 +1,18 @@
-"""Where each actor runs: computed from the config alone, printed by `--dry-run`."""
+"""Where each actor runs: computed from the config alone, printed by `--dry-run`.
+
+Actors on GPUs are placed in Ray placement groups, so that Ray reserves every GPU of the run at once
+and cannot put two engines on one GPU:
+- colocated: one group of one-GPU bundles; trainer rank r holds bundle r and shares it with exactly one
+  engine's worker (engine e holds bundles e·TP … e·TP + TP − 1). The engine's memory share is planned
+  from the trainer's estimate (fasync/memory.py), not left to whichever starts first.
+- disaggregated: the engines' bundles (one GPU each, TP per engine) and the trainer ranks' bundles in
+  two groups.
+`resources.gpus_per_engine` is the engine's tensor-parallel size (vLLM); its actor sits on its first
+bundle and names all of them (`Slot.bundles`) for its workers. Groups are packed onto as few nodes as
+hold them, so the trainer ranks spread over every GPU they asked for, across nodes. The node and GPU
+index of each bundle assume nodes of `resources.gpus_per_node` GPUs filled in order; the live cluster
+decides (fasync/launch/placement.py reports it).
+"""
 
 from __future__ import annotations
 
@@ -18,22 +32,79 @@ class ActorSpec:
 
 
 @dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    bundles: tuple[dict[str, float], ...]
+    strategy: str = "PACK"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """An actor's place: its placement group and bundles (the first hosts the actor itself)."""
+
+    group: str
+    bundles: tuple[int, ...]
+    gpus: float
+    """GPUs the actor itself takes from its first bundle."""
+
+
+@dataclass(frozen=True)
 class ResourcePlan:
     mode: str
     actors: tuple[ActorSpec, ...]
     ray_address: str | None
     derived: Derived
+    groups: tuple[GroupSpec, ...] = ()
+    engine_slots: tuple[Slot, ...] = ()
+    trainer_slots: tuple[Slot, ...] = ()
+    engine_memory_fraction: float | None = None
+    """Colocated: the share of each GPU's memory the engine may take (vLLM's gpu_memory_utilization)."""
+    gpus_per_node: int | None = None
 
     def _spec(self, role: str) -> ActorSpec:
         return next(spec for spec in self.actors if spec.role == role)
 
-    def engine_options(self) -> dict:
-        spec = self._spec("rollout engine")
-        return {"num_cpus": spec.cpus, "num_gpus": spec.gpus}
+    def _options(self, role: str, slots: tuple[Slot, ...], index: int) -> dict:
+        spec = self._spec(role)
+        if not slots:
+            return {"num_cpus": spec.cpus, "num_gpus": spec.gpus}
+        slot = slots[index]
+        return {"num_cpus": spec.cpus, "num_gpus": slot.gpus, "slot": slot}
 
-    def trainer_options(self) -> dict:
-        spec = self._spec("trainer rank")
-        return {"num_cpus": spec.cpus, "num_gpus": spec.gpus}
+    def engine_options(self, index: int = 0) -> dict:
+        """`num_cpus`, `num_gpus`, and on GPUs the `slot` (fasync.launch.placement turns it into Ray's option)."""
+        return self._options("rollout engine", self.engine_slots, index)
+
+    def trainer_options(self, rank: int = 0) -> dict:
+        return self._options("trainer rank", self.trainer_slots, rank)
+
+    def node_and_gpu(self, group: str, bundle: int) -> tuple[int, int]:
+        """Expected node and GPU index of a bundle: groups laid out in order over nodes of gpus_per_node GPUs."""
+        offset = 0
+        for spec in self.groups:
+            if spec.name == group:
+                break
+            offset += int(sum(b.get("GPU", 0) for b in spec.bundles))
+        gpu = offset + int(sum(b.get("GPU", 0) for b in next(g for g in self.groups if g.name == group).bundles[:bundle]))
+        per_node = self.gpus_per_node or max(int(self.gpus_needed), 1)
+        return gpu // per_node, gpu % per_node
+
+    def describe_placement(self) -> list[str]:
+        if not self.groups:
+            return []
+        lines = ["placement:"]
+        for spec in self.groups:
+            lines.append(f"  group {spec.name}: {len(spec.bundles)} bundles of {spec.bundles[0]} ({spec.strategy})")
+        for role, slots in (("trainer rank", self.trainer_slots), ("rollout engine", self.engine_slots)):
+            for index, slot in enumerate(slots):
+                where = ", ".join("node {} GPU {}".format(*self.node_and_gpu(slot.group, b)) for b in slot.bundles)
+                lines.append(f"  {role} {index}: {slot.group} bundle{'s' if len(slot.bundles) > 1 else ''} "
+                             f"{', '.join(map(str, slot.bundles))} ({where}), {slot.gpus:g} GPU")
+        if self.engine_memory_fraction is not None:
+            lines.append(f"  engine memory share per GPU: {self.engine_memory_fraction:.2f} "
+                         "(what the trainer's estimate leaves)")
+        lines.append("  trainer rendezvous: rank 0's node IP, a free port there")
+        return lines
 
     @property
     def cpus_needed(self) -> float:
@@ -53,6 +124,7 @@ class ResourcePlan:
         for spec in self.actors:
             lines.append(f"  {spec.count} × {spec.role}: {spec.cpus:g} CPU, {spec.gpus:g} GPU each")
         lines.append(f"total: {self.cpus_needed:g} CPU, {self.gpus_needed:g} GPU")
+        lines += self.describe_placement()
         d = self.derived
         lines.append("batching:")
         lines.append(f"  samples per rollout: {d.samples_per_rollout}")
@@ -63,6 +135,42 @@ class ResourcePlan:
         lines.append(f"  worst policy lag: {d.max_lag.describe()}")
         lines.append(f"  ratio anchor: {d.ratio_anchor}")
         return "\n".join(lines)
+
+
+def _slots(group: str, count: int, width: int, share: float) -> tuple[Slot, ...]:
+    return tuple(Slot(group, tuple(range(i * width, (i + 1) * width)), share) for i in range(count))
+
+
+def _placement(cfg: FasyncConfig, derived: Derived) -> dict:
+    res = cfg.resources
+    tp, per_rank = res.gpus_per_engine, res.gpus_per_trainer_rank
+    engines, ranks = res.num_rollout_engines, res.trainer_ranks
+    if res.colocate and tp and per_rank:
+        # One bundle per GPU; each rank's bundles also hold one engine worker each.
+        bundles = max(engines * tp, ranks * per_rank)
+        group = GroupSpec("shared", tuple({"GPU": 1.0, "CPU": 2.0} for _ in range(bundles)))
+        return {"groups": (group,), "engine_slots": _slots("shared", engines, tp, 0.5),
+                "trainer_slots": _slots("shared", ranks, per_rank, 0.5),
+                "engine_memory_fraction": _engine_memory_fraction(cfg, derived)}
+    groups, placed = [], {}
+    if tp:
+        groups.append(GroupSpec("engines", tuple({"GPU": 1.0, "CPU": 1.0} for _ in range(engines * tp))))
+        placed["engine_slots"] = _slots("engines", engines, tp, 1.0)
+    if per_rank:
+        groups.append(GroupSpec("trainers", tuple({"GPU": float(per_rank), "CPU": 1.0} for _ in range(ranks))))
+        placed["trainer_slots"] = tuple(Slot("trainers", (r,), float(per_rank)) for r in range(ranks))
+    return {"groups": tuple(groups), **placed}
+
+
+def _engine_memory_fraction(cfg: FasyncConfig, derived: Derived) -> float | None:
+    from fasync.memory import GB, estimate
+
+    found = estimate(cfg, derived)
+    if found is None:
+        return None
+    engine = sum(t.bytes for t in found.terms if t.name.startswith("engine "))
+    trainer = found.total - engine
+    return max(0.0, (cfg.resources.gpu_memory_gb * GB - trainer) / (cfg.resources.gpu_memory_gb * GB)) // 0.01 / 100
 
 
 def plan_resources(cfg: FasyncConfig) -> ResourcePlan:
@@ -79,4 +187,6 @@ def plan_resources(cfg: FasyncConfig) -> ResourcePlan:
     if cfg.mode == "fully_async":
         # Coordination only (it holds the sample queue and waits on the engines), so it takes no CPU slot.
         actors += [ActorSpec("rollouter and its sample queue", 1, 0.0, 0.0)]
-    return ResourcePlan(cfg.mode, tuple(actors), res.ray_address, derive(cfg))
+    derived = derive(cfg)
+    return ResourcePlan(cfg.mode, tuple(actors), res.ray_address, derived, gpus_per_node=res.gpus_per_node,
+                        **_placement(cfg, derived))

@@ -43,7 +43,7 @@ def _run_dir(cfg: FasyncConfig, config_path: str, run_dir: str | None) -> Path:
     chosen = run_dir or cfg.logging.run_dir
     if chosen is None:
         chosen = f"runs/{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path = Path(chosen)
+    path = Path(chosen).absolute()  # checkpoints are written by trainer rank 0, wherever it runs
     if path.is_dir() and any(path.iterdir()):
         # A rerun into the same directory must not mix with, or overwrite, the earlier run's files.
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
@@ -60,7 +60,9 @@ def _worker_env() -> dict:
     """The driver's import path for every worker, so that a `module:function` reward or a dataset
     module found from the current directory is found by the actors too."""
     paths = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-    return {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}}
+    # Absolute: a worker on another node (or in another directory) resolves them the same way; on a
+    # multi-node cluster they must also be on storage every node shares (docs/gpu.md).
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in paths if p)}}
 
 
 def _start_ray(cfg: FasyncConfig, plan) -> bool:
