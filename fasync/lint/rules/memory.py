@@ -3,26 +3,8 @@
 from __future__ import annotations
 
 from fasync.diagnostics import Severity
-from fasync.lint.registry import Finding, Fix, rule
+from fasync.lint.registry import Finding, rule
 from fasync.memory import GB, estimate
-
-
-def _fixes(cfg, derived) -> tuple[Fix, ...]:
-    """The changes that shrink the largest terms, in the order they cost the least."""
-    train, res = cfg.train, cfg.resources
-    fixes = []
-    if not train.activation_checkpointing:
-        fixes.append(Fix((("train.activation_checkpointing", True),), "recompute each layer's activations"))
-    if derived.train_strategy == "ddp" and res.trainer_ranks > 1:
-        fixes.append(Fix((("train.strategy", "fsdp2"),), f"shard weights and optimizer state over "
-                         f"{res.trainer_ranks} ranks"))
-    if train.max_tokens_per_micro_batch is not None and train.max_tokens_per_micro_batch > 1024:
-        fixes.append(Fix((("train.max_tokens_per_micro_batch", train.max_tokens_per_micro_batch // 2),),
-                         "half the tokens per micro batch"))
-    elif train.max_tokens_per_micro_batch is None and cfg.train.micro_batch_size > 1:
-        fixes.append(Fix((("train.micro_batch_size", max(cfg.train.micro_batch_size // 2, 1)),),
-                         "half the sequences per micro batch"))
-    return tuple(fixes)
 
 
 @rule(
@@ -55,5 +37,4 @@ def gpu_memory_exceeded(cfg, derived):
         "shrink the largest term: `train.strategy: fsdp2` over more `resources.trainer_ranks`, "
         "`train.activation_checkpointing: true`, or a smaller `train.max_tokens_per_micro_batch`; or set "
         "`resources.gpu_memory_gb` to what the GPUs have",
-        _fixes(cfg, derived),
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fasync.diagnostics import Severity
-from fasync.lint.registry import Finding, Fix, rule
+from fasync.lint.registry import Finding, rule
 from fasync.lint.rules.facts import ASYNC_MODES, plural
 
 
@@ -119,10 +119,9 @@ def idle_engine_gpus(cfg, derived):
             "resources.gpus_per_engine",
             f"the torch engine (`rollout.engine: hf`) runs on one GPU, so {res.gpus_per_engine - 1} of each "
             f"engine's {res.gpus_per_engine} GPUs sit idle",
-            "use `rollout.engine: vllm`, which splits the model over them (tensor parallel), or more engines",
-            (Fix((("resources.gpus_per_engine", 1),
-                  ("resources.num_rollout_engines", res.num_rollout_engines * res.gpus_per_engine)),
-                 "one engine per GPU"),),
+            "use `rollout.engine: vllm`, which splits the model over them (tensor parallel), or set "
+            f"`resources.gpus_per_engine: 1` and `resources.num_rollout_engines: "
+            f"{res.num_rollout_engines * res.gpus_per_engine}` (one engine per GPU)",
         )
 
 
@@ -141,7 +140,6 @@ def idle_trainer_gpus(cfg, derived):
             "resources.gpus_per_trainer_rank",
             f"each trainer rank trains on one GPU, so {res.gpus_per_trainer_rank - 1} of its "
             f"{res.gpus_per_trainer_rank} GPUs sit idle",
-            f"set `resources.trainer_ranks: {ranks}` and `resources.gpus_per_trainer_rank: 1`",
-            (Fix((("resources.trainer_ranks", ranks), ("resources.gpus_per_trainer_rank", 1)),
-                 f"{ranks} ranks, one per GPU"),),
+            f"set `resources.trainer_ranks: {ranks}` and `resources.gpus_per_trainer_rank: 1` ({ranks} ranks, "
+            "one per GPU)",
         )
