@@ -69,17 +69,16 @@ def test_the_same_model_without_sharding_or_checkpointing_does_not_fit(tmp_path)
 
 
 def test_h001_reports_the_arithmetic_and_the_key_to_change(tmp_path):
-    from fasync.lint.engine import run_rules
+    from fasync.lint.engine import rules
 
-    findings, crashed = run_rules(qwen_config(tmp_path, resources={"trainer_ranks": 2}, train={
-        "activation_checkpointing": False}), select=["H001"])
-    assert not crashed
-    [(code, finding)] = findings
+    def h001(cfg):
+        return list(rules()["H001"].check(cfg, derive(cfg)))
+
+    [finding] = h001(qwen_config(tmp_path, resources={"trainer_ranks": 2}, train={"activation_checkpointing": False}))
     assert finding.key == "resources.gpu_memory_gb"
     assert "AdamW moments: 8 B × 7,615,616,512 / 2 ranks = 30.46 GB" in finding.message
     assert "total:" in finding.message
-    fits, _ = run_rules(qwen_config(tmp_path), select=["H001"])
-    assert fits == []
+    assert h001(qwen_config(tmp_path)) == []
 
 
 def test_strategy_defaults_by_size():
