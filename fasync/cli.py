@@ -70,6 +70,9 @@ def check(
     exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even with findings (2 still means "
                                             "the check could not run).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line.")] = False,
+    preflight: Annotated[bool, typer.Option("--preflight", help="Also check the live environment: the Ray "
+                                            "cluster against the plan, vLLM with torch, model.path and the "
+                                            "dataset (E codes).")] = False,
 ) -> None:
     """Lint config files. Exit 0: clean, 1: problems found (errors, load problems included, or warnings with
     --strict), 2: the check could not run (bad usage, a named file missing, an internal error)."""
@@ -80,7 +83,7 @@ def check(
     if not files:
         _fail("fasync check: no config file given (arguments with `=` are overrides)")
     try:
-        run = check_files(files, overrides, _codes(select), _codes(ignore))
+        run = check_files(files, overrides, _codes(select), _codes(ignore), preflight=preflight)
     except Exception as exc:  # noqa: BLE001 - a bug in fasync must read as "could not run", never as findings
         _fail(f"fasync check: internal error, please report it with this config: {type(exc).__name__}: {exc}")
     output = render(run.diagnostics, format.value, summary=not quiet, files=run.files,

@@ -114,10 +114,16 @@ class CheckRun:
 
 
 def check_files(files: Sequence[str | Path], overrides: Sequence[str] = (), select: Sequence[str] | None = None,
-                ignore: Sequence[str] | None = None) -> CheckRun:
+                ignore: Sequence[str] | None = None, preflight: bool = False) -> CheckRun:
+    """Lint each file; with `preflight`, also check the live environment against it (fasync/preflight.py)."""
     diagnostics: list[Diagnostic] = []
     for file in files:
-        diagnostics += lint(load_config(file, overrides), select, ignore)
+        result = load_config(file, overrides)
+        diagnostics += lint(result, select, ignore)
+        if preflight:
+            from fasync.preflight import preflight as check_environment
+
+            diagnostics += sorted(check_environment(result), key=_position)
     return CheckRun(diagnostics, len(files), sum(not Path(file).is_file() for file in files))
 
 

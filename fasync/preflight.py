@@ -1,0 +1,161 @@
+"""`fasync check --preflight`: the live environment against the config, before a run starts.
+
+Where `fasync check` reads only the config, these checks look at what the run will meet: the Ray
+cluster, the installed packages, the model directory and the dataset. Each finding is an ordinary
+diagnostic located at the key that asked for it. They import Ray only to look at a cluster that is
+running (`resources.ray_address`, or the one this process is connected to), and test vLLM and torch
+in a subprocess, so a broken install is a finding, not a crash.
+
+| code | severity | what |
+|---|---|---|
+| E001 | error | the cluster has fewer GPUs or CPUs than the plan (fasync/launch/plan.py) reserves |
+| E002 | error | `rollout.engine: vllm`, but vLLM and torch do not import together |
+| E003 | error | `model.path` lacks a config.json or a tokenizer |
+| E004 | error | the model's context is shorter than the longest prompt + `rollout.max_new_tokens` |
+| E005 | error | `data.path` is missing, or a line lacks the prompt or label key |
+| E006 | info  | no running cluster to compare: fasync will start a local one |
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fasync.config.loader import LoadResult
+from fasync.diagnostics import Diagnostic, Severity
+from fasync.memory import DATASET_PROMPT_TOKENS
+
+SEVERITIES = {"E001": Severity.ERROR, "E002": Severity.ERROR, "E003": Severity.ERROR, "E004": Severity.ERROR,
+              "E005": Severity.ERROR, "E006": Severity.INFO}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+IMPORT_PAIR = "import torch, vllm; print(torch.__version__, vllm.__version__)"
+
+
+def _finding(result: LoadResult, code: str, key: str, message: str, help: str | None = None) -> Diagnostic:
+    return Diagnostic(code, SEVERITIES[code], message, key, result.provenance.origin(key), help)
+
+
+def _cluster(result: LoadResult) -> list[Diagnostic]:
+    from fasync.launch.plan import plan_resources
+
+    cfg = result.config
+    plan = plan_resources(cfg)
+    import ray
+
+    if not ray.is_initialized():
+        if cfg.resources.ray_address is None:
+            return [_finding(result, "E006", "resources.ray_address", "no running Ray cluster to compare with the plan: "
+                             "`fasync train` starts a local one with `resources.num_gpus` GPUs")]
+        ray.init(address=cfg.resources.ray_address, logging_level="ERROR", log_to_driver=False)
+    total = ray.cluster_resources()
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    gpus, cpus = total.get("GPU", 0.0), total.get("CPU", 0.0)
+    found = []
+    if plan.gpus_needed > gpus:
+        found.append(_finding(result, "E001", "resources.num_gpus",
+                              f"the plan reserves {plan.gpus_needed:g} GPUs but the cluster has {gpus:g} "
+                              f"on {len(nodes)} nodes",
+                              "add GPU nodes, or ask for fewer GPUs (`resources.num_rollout_engines`, "
+                              "`resources.gpus_per_engine`, `resources.trainer_ranks`)"))
+    if plan.cpus_needed > cpus:
+        found.append(_finding(result, "E001", "resources.trainer_ranks",
+                              f"the plan reserves {plan.cpus_needed:g} CPUs but the cluster has {cpus:g}",
+                              "fewer actors, or fewer `resources.rollout_threads` / `resources.train_threads`"))
+    widest = max((node.get("Resources", {}).get("GPU", 0.0) for node in nodes), default=0.0)
+    if cfg.resources.gpus_per_engine > widest and cfg.rollout.engine == "vllm":
+        found.append(_finding(result, "E001", "resources.gpus_per_engine",
+                              f"an engine's {cfg.resources.gpus_per_engine} tensor-parallel GPUs must share a node, "
+                              f"but no node has more than {widest:g}"))
+    return found
+
+
+def _packages(result: LoadResult) -> list[Diagnostic]:
+    if result.config.rollout.engine != "vllm":
+        return []
+    run = subprocess.run([sys.executable, "-c", IMPORT_PAIR], capture_output=True, text=True, timeout=300)
+    if run.returncode == 0:
+        return []
+    error = (run.stderr.strip().splitlines() or ["no output"])[-1]
+    return [_finding(result, "E002", "rollout.engine", f"`rollout.engine` vllm, but vLLM and torch do not import "
+                     f"together here: {error}", "install the `gpu` extra's pinned pair (README), or use "
+                     "`rollout.engine: hf`")]
+
+
+def _longest_prompt(cfg, tokenizer) -> int | None:
+    """Tokens of the longest prompt as the tokenizer feeds it: over the dataset, or a built-in task's pool."""
+    if cfg.data.path is None:
+        if cfg.data.task is None:
+            return None
+        from fasync.data.tasks import generate_problems
+
+        problems = generate_problems(cfg.data.task, cfg.data.length, min(cfg.data.num_prompts, 256), cfg.data.seed)
+        return max(len(tokenizer.format_prompt(problem.prompt)) for problem in problems)
+    longest = 0
+    with open(cfg.data.path, encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                longest = max(longest, len(tokenizer.format_prompt(json.loads(line)[cfg.data.prompt_key])))
+    return longest
+
+
+def _model(result: LoadResult) -> list[Diagnostic]:
+    cfg = result.config
+    if cfg.model.path is None:
+        return []
+    directory = Path(cfg.model.path)
+    missing = [name for name in ("config.json",) if not (directory / name).is_file()]
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        missing.append("tokenizer (" + ", ".join(TOKENIZER_FILES) + ")")
+    if missing:
+        return [_finding(result, "E003", "model.path", f"`model.path` {directory} has no {' and no '.join(missing)}",
+                         "point `model.path` at a Hugging Face model directory saved with save_pretrained")]
+    config = json.loads((directory / "config.json").read_text())
+    context = config.get("text_config", config).get("max_position_embeddings")
+    if context is None:
+        return []
+    from fasync.model.tokenizer import HFTokenizer
+
+    try:
+        measured = _longest_prompt(cfg, HFTokenizer(cfg.model.path))
+    except (OSError, ValueError, KeyError):
+        measured = None  # E005 reports the dataset
+    prompt = measured or cfg.data.max_prompt_tokens or DATASET_PROMPT_TOKENS
+    source = "the longest prompt" if measured else "`data.max_prompt_tokens` (or its default)"
+    if prompt + cfg.rollout.max_new_tokens <= context:
+        return []
+    return [_finding(result, "E004", "rollout.max_new_tokens",
+                     f"{source} is {prompt} tokens; with `rollout.max_new_tokens` {cfg.rollout.max_new_tokens} that "
+                     f"is {prompt + cfg.rollout.max_new_tokens}, above the model's context of {context}",
+                     f"set `rollout.max_new_tokens` to at most {max(context - prompt, 0)}")]
+
+
+def _dataset(result: LoadResult) -> list[Diagnostic]:
+    cfg = result.config
+    if cfg.data.path is None:
+        return []
+    path = Path(cfg.data.path)
+    if not path.is_file():
+        return [_finding(result, "E005", "data.path", f"`data.path` {path} does not exist")]
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return [_finding(result, "E005", "data.path", f"{path}:{number} is not a JSON object")]
+            for key in ("prompt_key", "label_key"):
+                name = getattr(cfg.data, key)
+                if not isinstance(record, dict) or name not in record:
+                    return [_finding(result, "E005", f"data.{key}", f"{path}:{number} has no key {name!r}",
+                                     f"set `data.{key}` to the field that holds it")]
+    return []
+
+
+def preflight(result: LoadResult) -> list[Diagnostic]:
+    """Every preflight finding for a loaded config (none when it did not load)."""
+    if result.config is None:
+        return []
+    return [*_cluster(result), *_packages(result), *_model(result), *_dataset(result)]
