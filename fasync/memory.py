@@ -221,7 +221,7 @@ def estimate(cfg: FasyncConfig, derived, dims: ModelDims | None = None) -> Memor
             terms.append(Term("compute-dtype weight copies", f"{c} B × {p:,}", c * p))
         terms.append(Term("gradient bucket", f"4 B × {min(p, GRADIENT_BUCKET_ELEMENTS):,}",
                           4 * min(p, GRADIENT_BUCKET_ELEMENTS)))
-    tokens = micro_batch_tokens(cfg, cfg.train.micro_batch_size)
+    tokens = micro_batch_tokens(cfg, derived.micro_batch_size)
     per_layer = 7 * dims.hidden_size + 2 * dims.kv_width + 4 * dims.intermediate_size
     if train.activation_checkpointing:
         terms += [
