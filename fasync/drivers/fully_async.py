@@ -95,7 +95,7 @@ class FullyAsyncDriver:
                 queue_size=state.queue_size,
                 rollouter_pause_s=state.pause_s - self.seen.pause_s,
                 **{f"dropped_{reason}": count for reason, count in state.ledger.dropped.items()
-                   if reason != "trimmed"},
+                   if reason not in ("trimmed", "stale")},
                 dropped_stale=state.ledger.dropped["stale"],
                 resumed_groups=state.resumed_groups,
             )
