@@ -150,6 +150,8 @@ def ranking(result: ScenarioResult, predictions: list) -> str:
     the same way?"""
     reports = result.reports
     labels = [v.label for v in result.scenario.variants]
+    if all(len(r.runs_samples_per_s) < 2 for r in reports):
+        return "Ranking by samples/s: not checked, one run per variant gives no run-to-run spread."
     spread = [max(r.runs_samples_per_s) - min(r.runs_samples_per_s) for r in reports]
     checked, agreed, misses = 0, 0, []
     for i in range(len(reports)):
@@ -178,15 +180,38 @@ def phases_line(calibration) -> str:
             + ", ".join(f"{k} {v:g}" for k, v in calibration.costs.to_config().items() if v is not None) + ".")
 
 
-def validation_block(out: Path, repeats: int) -> str:
+def kept_scenario(scenario: Scenario, out: Path, target: float) -> ScenarioResult | None:
+    """A scenario measured from the run directories an earlier invocation kept (`--from`); None unless every
+    variant has one."""
+    import yaml
+
+    from fasync.bench.measure import measure
+    from fasync.metrics.writer import read_metrics
+
+    reports = []
+    measured_at = scenario.target if scenario.target is not None else target
+    for index, variant in enumerate(scenario.variants):
+        run_dir = out / scenario.name / f"{index}-{variant.mode}-0"
+        if not (run_dir / "summary.json").is_file():
+            return None
+        resources = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("resources", {})
+        reports.append(measure(variant.mode, 0, read_metrics(run_dir / "metrics.jsonl"), measured_at,
+                              resources.get("num_rollout_engines", 1)))
+    return ScenarioResult(scenario, measured_at, reports)
+
+
+def validation_block(out: Path, repeats: int, kept: bool = False) -> str:
     from fasync.simulate.calibrate import calibrate
 
     load_before = " / ".join(f"{value:.2f}" for value in os.getloadavg())
     capacity = parallel_capacity()
-    quickstart = run_scenario(standard_scenario(), QUICKSTART, [], out, 0.9, repeats)
+    dataset = LONG_TAIL.write_dataset(out / "long-tail.jsonl") if not kept else out / "long-tail.jsonl"
+    scenarios = [standard_scenario(), LONG_TAIL.scenario(dataset)]
+    if kept:
+        results = [result for result in (kept_scenario(s, out, 0.9) for s in scenarios) if result is not None]
+    else:
+        results = [run_scenario(s, QUICKSTART, [], out, 0.9, repeats) for s in scenarios]
     calibration = calibrate([out / "modes" / "0-sync-0"])
-    dataset = LONG_TAIL.write_dataset(out / "long-tail.jsonl")
-    tail = run_scenario(LONG_TAIL.scenario(dataset), QUICKSTART, [], out, 0.9, repeats)
     load_after = " / ".join(f"{value:.2f}" for value in os.getloadavg())
     parts = [
         f"{measured(sys.argv)}. Load average {load_before} before the runs and {load_after} after; two busy "
@@ -194,8 +219,12 @@ def validation_block(out: Path, repeats: int) -> str:
         f"ran {repeats}× (in turn with the others); measured figures are medians, with the runs' range.",
         phases_line(calibration),
     ]
+    if kept:
+        parts[0] = (f"{measured(sys.argv)}: measured from the run directories a run of this script kept; load "
+                    f"average {load_after} now, two busy processes got {capacity:.2f} cores' worth of work done "
+                    "at once (2.00 on two free cores). One run per variant.")
     verdicts = []
-    for result in (quickstart, tail):
+    for result in results:
         predictions = predict_scenario(result, calibration.costs)
         text, scenario_verdicts = validation_table(result, predictions)
         verdicts += scenario_verdicts
@@ -212,11 +241,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="real runs per variant (default 2)")
     parser.add_argument("--out", help="keep the runs' directories here (default: a temporary directory)")
     parser.add_argument("--no-runs", action="store_true", help="only the speed and the worked examples")
+    parser.add_argument("--from", dest="kept", help="measure the run directories an earlier --out kept instead of "
+                        "running (scenarios whose runs all finished)")
     parser.add_argument("--no-write", action="store_true", help="print the blocks; leave docs/simulate.md alone")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     blocks = {"simulate-speed": speed_block(), **{f"simulate-{k}": v for k, v in example_blocks().items()}}
-    if not args.no_runs:
+    if args.kept:
+        blocks["simulate-validation"] = validation_block(Path(args.kept), 1, kept=True)
+    elif not args.no_runs:
         with tempfile.TemporaryDirectory(prefix="fasync-simulate-") as scratch:
             blocks["simulate-validation"] = validation_block(Path(args.out or scratch), args.repeat)
     for name, text in blocks.items():
