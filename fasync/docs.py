@@ -1,6 +1,6 @@
-"""Generated documentation: `python -m fasync.docs` rewrites docs/config.md, docs/rules.md, docs/migrate.md and
-docs/fasync.schema.json from the schema, the rule registry and the foreign-key table (a test fails when they are
-stale)."""
+"""Generated documentation: `python -m fasync.docs` rewrites docs/config.md, docs/rules.md, docs/migrate.md,
+docs/metrics.md and docs/fasync.schema.json from the schema, the rule registry, the foreign-key table and the
+metric registry (a test fails when they are stale)."""
 
 from __future__ import annotations
 
@@ -151,11 +151,35 @@ def render_schema_json() -> str:
     return json.dumps(draft7_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
+def render_metrics_md() -> str:
+    from fasync.metrics.registry import ALL, METRICS
+
+    def modes(metric) -> str:
+        text = "all" if metric.modes == ALL else ", ".join(m for m in ("sync", "async", "fully_async")
+                                                           if m in metric.modes)
+        return text + (f" (with {metric.when})" if metric.when else "")
+
+    lines = [
+        "# Metrics", "", GENERATED, "",
+        ("Every key of a run's `metrics.jsonl`, from `fasync/metrics/registry.py`. One row is one optimizer "
+         "step; the writer refuses a key that is not registered for the run's mode. **Scope** `rollout`: "
+         "the value describes the whole rollout (fully_async: drain) and repeats on each of its rows, so a "
+         "reader takes one row per rollout. **Over a run**: how `summary.json`, `fasync bench` and other "
+         "readers combine the rows (`Metric.over_rows`). Lags are in optimizer steps, staleness in weight "
+         "versions ([fully-async.md](fully-async.md))."), "",
+        "| Key | Unit | Modes | Scope | Over a run | Meaning |", "|---|---|---|---|---|---|",
+    ]
+    lines += [f"| `{m.name}` | {m.unit} | {modes(m)} | {m.scope} | {m.over or '—'} | {_cell(m.meaning)} |"
+              for m in METRICS.values()]
+    return "\n".join(lines) + "\n"
+
+
 def generated_files() -> dict[Path, str]:
     return {
         DOCS / "config.md": render_config_md(),
         DOCS / "rules.md": render_rules_md(),
         DOCS / "migrate.md": render_migrate_md(),
+        DOCS / "metrics.md": render_metrics_md(),
         DOCS / "fasync.schema.json": render_schema_json(),
     }
 

@@ -87,6 +87,15 @@ def run_mode(cfg: FasyncConfig, tmp_path, engines=None):
     return run
 
 
+def assert_rows_match_the_registry(run) -> None:
+    """Every row holds each metric the registry says the mode always writes (the writer refuses the rest)."""
+    from fasync.metrics.registry import METRICS
+
+    always = {name for name, metric in METRICS.items() if run.cfg.mode in metric.modes and metric.when is None}
+    for row in run.writer.history:
+        assert always <= row.keys(), always - row.keys()
+
+
 def assert_lag_reaches_the_bound(run) -> None:
     """The policy lag, in optimizer steps, never exceeds the derived worst case and reaches it."""
     bound = derive(run.cfg).max_lag.steps
@@ -95,6 +104,7 @@ def assert_lag_reaches_the_bound(run) -> None:
 
 
 def assert_ledger_balanced(run) -> None:
+    assert_rows_match_the_registry(run)
     ledger = run.ledger
     assert ledger.balanced, ledger.describe()
     assert ledger.consumed > 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 
+from fasync.metrics.registry import METRICS, over
+
 REWARD_WINDOW = 3
 """Rollouts averaged before comparing with the target, as `train.target_reward` does."""
 
@@ -88,22 +90,22 @@ def measure(mode: str, exit_code: int, records: list[dict], target: float, engin
     span = max(window_s, 1e-9)
 
     def total(key: str) -> float:
-        return sum(r.get(key) or 0.0 for r in window)
+        return over(key, window)
 
     generate_s, train_call_s = total("generate_time_s"), total("train_call_time_s")
-    correction = {key: _mean([r[key] for r in records if r.get(key) is not None]) for key in CORRECTION_METRICS}
+    correction = {key: _mean(METRICS[key].values(records)) for key in CORRECTION_METRICS}
     reached = time_to_target(records, target)
     samples_per_s = total("num_samples") / span if window_s else 0.0
-    trained = sum(r.get("num_samples") or 0 for r in records)
-    stale = records[-1].get("dropped_stale", 0) if records else 0  # a running count
+    trained = over("num_samples", records)
+    stale = over("dropped_stale", records)
     return ModeReport(
         mode=mode,
         exit_code=exit_code,
         rollouts=len(rollouts),
         samples_per_s=samples_per_s,
         time_to_target_s=reached,
-        staleness_mean=_mean([r["staleness_mean"] for r in records]),
-        staleness_max=max((r["staleness_max"] for r in records), default=0),
+        staleness_mean=over("staleness_mean", records) or 0.0,
+        staleness_max=over("staleness_max", records) or 0,
         stale_dropped=stale / (stale + trained) if stale + trained else 0.0,
         trainer_idle=_fraction(1.0 - train_call_s / span) if window_s else 1.0,
         rollouter_idle=_fraction(1.0 - generate_s / (engines * span)) if window_s else 1.0,

@@ -79,7 +79,8 @@ def trained_samples(records: list[dict]) -> int:
 class RolloutBatch:
     groups: list[PromptGroup]
     generate_time_s: float
-    rounds: int = 1
+    rounds: int | None = 1
+    """Generation rounds dynamic sampling took; None where there are no rounds (fully_async streams)."""
     drops: Counter = field(default_factory=Counter)
 
     @property
@@ -101,7 +102,7 @@ class Run:
         self.plan = plan
         self.run_dir = run_dir
         self.progress = progress
-        self.writer = MetricsWriter(run_dir)
+        self.writer = MetricsWriter(run_dir, cfg.mode)
         self.ledger = Ledger()
         self.factory = factory
         self._owns_engines = engines is None
@@ -185,7 +186,7 @@ class Run:
                 # The trainer's core is held for the whole call, the samples' transfer included.
                 "train_call_time_s": train_time / len(steps),
                 "rollout_reward_mean": self.recent_rewards[-1],
-                "sampling_rounds": batch.rounds,
+                **({} if batch.rounds is None else {"sampling_rounds": batch.rounds}),
                 **{f"dropped_{reason}": count for reason, count in batch.drops.items()},
                 **batch_stats,
                 **(extra or {}),

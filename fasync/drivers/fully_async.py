@@ -77,7 +77,7 @@ class FullyAsyncDriver:
         if len(groups) < count:
             raise RolloutStopped("the rollouter stopped before the run was finished")
         self.prefetched = self.rollouter.take.remote(count, versions.train_version(drain + 1, self.interval))
-        return RolloutBatch(groups, generate_time_s=0.0), state
+        return RolloutBatch(groups, generate_time_s=0.0, rounds=None), state
 
     def sync(self) -> None:
         """Start pushing the new version; the trainer goes on with the next drain meanwhile."""
@@ -87,16 +87,18 @@ class FullyAsyncDriver:
         self.pending_sync = self.rollouter.update_weights.remote([self.run.trainer.state_dict_ref()], version)
 
     def describe(self, records: list[dict], state: RolloutState) -> None:
-        """What the drain's records say about the rollouter: per-drain times, running counts."""
+        """What the drain's records say about the rollouter, since the previous drain."""
         # Engine time spent generating since the last drain (spread over the engines' calls).
         records[0]["generate_time_s"] = state.busy_s - self.seen.busy_s
+        dropped = state.ledger.dropped - self.seen.ledger.dropped
         for record in records:
             record.update(
                 queue_size=state.queue_size,
                 rollouter_pause_s=state.pause_s - self.seen.pause_s,
-                **{f"dropped_{reason}": count for reason, count in state.ledger.dropped.items()
+                # Trimming happens in the trainer, and every mode counts it in the ledger only.
+                **{f"dropped_{reason}": dropped[reason] for reason in state.ledger.dropped
                    if reason not in ("trimmed", "stale")},
-                dropped_stale=state.ledger.dropped["stale"],
+                dropped_stale=dropped["stale"],
                 resumed_groups=state.resumed_groups,
             )
         self.seen = state

@@ -53,7 +53,7 @@ def arrays_to_weights(arrays: dict) -> dict:
     return {name: torch.tensor(array).view(getattr(torch, dtype)) for name, (dtype, array) in arrays.items()}
 
 
-# `control` lets abort/pause/resume reach an engine while a generate call runs in the default group.
+# `control` lets abort reach an engine while a generate call runs in the default group.
 @ray.remote(concurrency_groups={"control": 1})
 class EngineActor:
     def __init__(self, cfg: FasyncConfig, index: int = 0):
@@ -75,14 +75,6 @@ class EngineActor:
     @ray.method(concurrency_group="control")
     def abort(self) -> None:
         self.engine.abort()
-
-    @ray.method(concurrency_group="control")
-    def pause(self) -> None:
-        self.engine.pause()
-
-    @ray.method(concurrency_group="control")
-    def resume(self) -> None:
-        self.engine.resume()
 
 
 @ray.remote

@@ -82,6 +82,10 @@ def _start_ray(cfg: FasyncConfig, plan) -> bool:
 
 
 def summarize(run, started: float, outcome: str) -> dict:
+    """summary.json: the run's outcome and its metrics over the whole run, as `fasync.metrics.registry`
+    combines them."""
+    from fasync.metrics.registry import METRICS, over
+
     history = run.writer.history
     last = history[-1] if history else {}
     summary = {
@@ -91,15 +95,15 @@ def summarize(run, started: float, outcome: str) -> dict:
         "optimizer_steps": run.step,
         "weight_version": run.version,
         "final_rollout_reward_mean": last.get("rollout_reward_mean"),
-        "best_rollout_reward_mean": max((r.get("rollout_reward_mean") or 0.0 for r in history), default=None),
+        "best_rollout_reward_mean": over("rollout_reward_mean", history),
         "wall_time_s": round(time.monotonic() - started, 2),
-        "staleness_max": max((r.get("staleness_max") or 0 for r in history), default=0),
-        "policy_lag_max": max((r.get("policy_lag_max") or 0 for r in history), default=0),
+        "staleness_max": over("staleness_max", history) or 0,
+        "policy_lag_max": over("policy_lag_max", history) or 0,
         "ledger": run.ledger.as_dict(),
-        "correction": {k: v for k, v in last.items() if k.startswith("is/")},
+        "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
     }
     for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
-        summary[f"total_{phase}"] = round(sum(r.get(phase) or 0.0 for r in history), 3)
+        summary[f"total_{phase}"] = round(over(phase, history), 3)
     return summary
 
 

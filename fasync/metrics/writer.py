@@ -1,4 +1,5 @@
-"""metrics.jsonl: one JSON object per optimizer step, flushed as it is written."""
+"""metrics.jsonl: one JSON object per optimizer step, flushed as it is written. Every key is one of the
+metrics `fasync/metrics/registry.py` defines for the run's mode."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 import time
 from pathlib import Path
 from typing import Any
+
+from fasync.metrics.registry import check_row
 
 
 def _jsonable(value: Any) -> Any:
@@ -18,7 +21,8 @@ def _jsonable(value: Any) -> Any:
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, mode: str):
+        self.mode = mode
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a")
@@ -28,6 +32,7 @@ class MetricsWriter:
     def write(self, record: dict) -> dict:
         record = {key: _jsonable(value) for key, value in record.items()}
         record["wall_time"] = round(time.monotonic() - self.started, 4)
+        check_row(record, self.mode)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         self.history.append(record)

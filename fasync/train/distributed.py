@@ -136,6 +136,7 @@ def full_value(value):
     return value.full_tensor() if hasattr(value, "full_tensor") else value
 
 
+
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

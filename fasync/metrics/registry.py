@@ -1,0 +1,190 @@
+"""Every metric a `metrics.jsonl` row may hold, defined once: name, unit, meaning, the modes that write it,
+and how a whole run sums it up.
+
+One row is one optimizer step. The writer refuses a key that is not registered here (or not registered
+for the run's mode), docs/metrics.md is generated from this table, and readers (the run summary,
+`fasync bench`, trackers and reports) combine rows with `Metric.over` instead of reading keys by hand.
+
+`scope` says what a value describes: `step` values belong to their own row (sum them over rows); `rollout`
+values describe the whole rollout (fully_async: drain) and repeat on each of its rows, so a reader takes
+one row per rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from fasync.metrics.ledger import DROPPED_FROM
+
+Mode = Literal["sync", "async", "fully_async"]
+ALL: frozenset[str] = frozenset({"sync", "async", "fully_async"})
+ASYNC: frozenset[str] = frozenset({"async", "fully_async"})
+FULLY_ASYNC: frozenset[str] = frozenset({"fully_async"})
+Over = Literal["sum", "max", "mean", "last"]
+
+
+class UnregisteredMetric(KeyError):
+    """A row holds a key the registry does not define for the run's mode."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    """"optimizer steps", "versions", "samples", "tokens", "groups", "s", "samples/s", "fraction", "nats/token",
+    "1" (a pure number), "index", "bool", "text"."""
+    meaning: str
+    modes: frozenset[str] = ALL
+    """Modes that write it."""
+    when: Optional[str] = None
+    """A condition on the config under which it is written at all; None: on every row of those modes."""
+    scope: Literal["step", "rollout"] = "step"
+    over: Optional[Over] = None
+    """How a run sums it up (`Metric.over`); None: it has no run-wide figure."""
+
+    @property
+    def numeric(self) -> bool:
+        return self.unit not in ("text", "bool")
+
+    def values(self, rows: Iterable[dict]) -> list:
+        """The metric's values in `rows`, one per rollout when its scope is the rollout, skipping rows (and
+        values) without it."""
+        rows = list(rows)
+        if self.scope == "rollout":
+            rows = list({row["rollout"]: row for row in rows}.values())
+        return [row[self.name] for row in rows if row.get(self.name) is not None]
+
+    def over_rows(self, rows: Iterable[dict]) -> Optional[float]:
+        """The run-wide figure of `rows` (`over`): a sum is 0 and anything else None when no row has it."""
+        values = self.values(rows)
+        if self.over == "sum":
+            return sum(values)
+        if not values:
+            return None
+        if self.over == "max":
+            return max(values)
+        if self.over == "mean":
+            return sum(values) / len(values)
+        if self.over == "last":
+            return values[-1]
+        raise ValueError(f"{self.name} has no run-wide figure")
+
+
+def _metrics(*metrics: Metric) -> dict[str, Metric]:
+    return {metric.name: metric for metric in metrics}
+
+
+_CORRECTION = (
+    ("kl_direct", "nats/token", "mean of log π_behav − log π_train over the step's tokens (a direct KL estimate)"),
+    ("kl_k3", "nats/token", "k3 estimate of KL(π_behav ‖ π_train) over the step's tokens"),
+    ("ppl_train", "1", "perplexity of the completions under the training policy"),
+    ("ppl_rollout", "1", "perplexity of the completions under the behaviour policy"),
+    ("log_ppl_diff", "nats/token", "mean over sequences of log π_behav − log π_train per token"),
+    ("chi2_token", "1", "χ² divergence of the token importance weights: E[w²] − 1"),
+    ("chi2_seq", "1", "χ² divergence of the sequence importance weights"),
+    ("ess_token", "fraction", "normalised effective sample size of the token weights, (Σw)² / (n Σw²)"),
+    ("ess_seq", "fraction", "normalised effective sample size of the sequence weights"),
+    ("weight_mean", "1", "mean importance weight applied, over kept tokens"),
+    ("weight_max", "1", "largest importance weight applied (the maximum over micro batches and ranks)"),
+    ("truncated_token_frac", "fraction", "tokens whose weight was truncated to [weight_lower, weight_upper]"),
+    ("truncated_seq_frac", "fraction", "sequences with at least one truncated token"),
+    ("rejected_token_frac", "fraction", "tokens masked out by the rejection rules"),
+    ("rejected_seq_frac", "fraction", "sequences with every token rejected"),
+    ("all_rejected", "1", "1 when every token of the step was rejected (no optimizer step), else 0"),
+)
+
+_DROPS = {
+    "zero_variance": ("prompt groups whose completions all got the same reward (dynamic sampling)", ALL,
+                      "`rollout.dynamic_sampling`"),
+    "surplus": ("groups dynamic sampling generated beyond `rollout.batch_size`", frozenset({"sync", "async"}),
+                None),
+    "unfinished_at_stop": ("groups still generating when the rollouter stopped", FULLY_ASYNC,
+                           "such a drop before the last drain"),
+    "stale": ("groups beyond `async.max_weight_staleness` at the version their drain trains at", FULLY_ASYNC, None),
+}
+assert set(_DROPS) | {"trimmed"} == set(DROPPED_FROM)  # trimmed samples are counted in the ledger only
+
+METRICS: dict[str, Metric] = _metrics(
+    # Where the row sits.
+    Metric("step", "index", "optimizer step, from 0 (a skipped step counts too)", over="max"),
+    Metric("rollout", "index", "rollout (fully_async: drain) the step trained on, from 0", over="max"),
+    Metric("weight_version", "versions", "the trainer's weight version for this step", over="last"),
+    Metric("wall_time", "s", "seconds since the metrics file was opened, when the row was written", over="max"),
+    # The optimizer step (the trainer).
+    Metric("loss", "1", "the step's total loss: policy gradient + kl_coef × kl − entropy_coef × entropy"),
+    Metric("pg_loss", "1", "the clipped policy-gradient surrogate, aggregated as `train.loss_aggregation`"),
+    Metric("kl", "nats/token", "k3 KL to the reference policy (0 without `train.kl_coef`)"),
+    Metric("entropy", "nats/token", "mean entropy of the policy over the step's tokens"),
+    Metric("clip_fraction", "fraction", "kept tokens where the PPO clip was active"),
+    Metric("grad_norm", "1", "global gradient norm before clipping (0 for a skipped step)"),
+    Metric("lr", "1", "learning rate"),
+    Metric("num_samples", "samples", "samples trained in this step", over="sum"),
+    Metric("num_tokens", "tokens", "completion tokens trained in this step (all ranks)", over="sum"),
+    Metric("reward_mean", "1", "mean reward of the step's samples", over="last"),
+    Metric("advantage_abs_mean", "1", "mean absolute advantage of the step's samples"),
+    Metric("response_length_mean", "tokens", "mean completion length of the step's samples", over="mean"),
+    Metric("skipped", "bool", "the step took no optimizer step"),
+    Metric("skip_reason", "text", "why (null unless skipped): every token rejected by correction"),
+    *(Metric(f"is/{name}", unit, meaning + " ([correction.md](correction.md))", over="last")
+      for name, unit, meaning in _CORRECTION),
+    # Freshness.
+    Metric("staleness_mean", "versions", "mean staleness of the step's samples: trainer version − the oldest "
+           "version that produced a token", over="mean"),
+    Metric("staleness_max", "versions", "largest staleness among the step's samples", over="max"),
+    Metric("policy_lag_max", "optimizer steps", "the most optimizer steps between the weights that sampled one of "
+           "the step's samples and this step: at most `(max_weight_staleness + 1) × update_weights_interval × "
+           "num_steps_per_rollout − 1` (`Derived.max_lag`)", over="max"),
+    Metric("version_diversity", "versions", "distinct oldest versions among the rollout's samples",
+           scope="rollout", over="max"),
+    Metric("partial_ratio", "fraction", "the rollout's samples whose tokens span more than one version",
+           scope="rollout", over="mean"),
+    Metric("max_partial_span", "versions", "largest newest − oldest version within one sample of the rollout",
+           scope="rollout", over="max"),
+    # Time and throughput.
+    Metric("generate_time_s", "s", "generation of the step's rollout, on its first row (fully_async: engine "
+           "time in generate calls since the previous drain, summed over engines)", over="sum"),
+    Metric("train_time_s", "s", "the optimizer step as the trainer timed it", over="sum"),
+    Metric("train_call_time_s", "s", "the train call as the driver waited for it, the samples' transfer "
+           "included, spread over the rollout's steps", over="sum"),
+    Metric("weight_sync_time_s", "s", "seconds the driver was held by the weight sync after the rollout, on its "
+           "last row", over="sum"),
+    Metric("trainer_wait_s", "s", "seconds the trainer waited for the rollout (fully_async: for the queue to hold "
+           "a drain)", ASYNC, scope="rollout", over="sum"),
+    Metric("tokens_per_s", "tokens/s", "trained tokens per wall second since the previous rollout was written",
+           scope="rollout", over="mean"),
+    Metric("samples_per_s", "samples/s", "trained samples per wall second since the previous rollout was written",
+           scope="rollout", over="mean"),
+    # Rollouts and the async machinery.
+    Metric("rollout_reward_mean", "1", "mean reward of the whole rollout (drain)", scope="rollout", over="max"),
+    Metric("sampling_rounds", "1", "generation rounds dynamic sampling needed to fill the rollout",
+           frozenset({"sync", "async"}), scope="rollout", over="mean"),
+    Metric("rollouts_ahead", "1", "rollouts generating or generated but not yet trained", frozenset({"async"}),
+           scope="rollout", over="max"),
+    Metric("queue_size", "groups", "prompt groups left in the queue after the drain", FULLY_ASYNC,
+           scope="rollout", over="max"),
+    Metric("rollouter_pause_s", "s", "seconds generation was paused for weight syncs since the previous drain",
+           FULLY_ASYNC, scope="rollout", over="sum"),
+    Metric("resumed_groups", "groups", "groups a weight sync interrupted that went on from their prefix "
+           "(a running total)", FULLY_ASYNC, scope="rollout", over="max"),
+    *(Metric(f"dropped_{reason}", "samples", f"samples dropped since the previous rollout (drain): {meaning}",
+             modes, when, scope="rollout", over="sum")
+      for reason, (meaning, modes, when) in _DROPS.items()),
+    Metric("ledger_balanced", "bool", "the sample ledger balanced when the row was written "
+           "(produced = trained + dropped + queued + in flight)", scope="rollout"),
+)
+
+
+def check_row(row: dict, mode: str) -> None:
+    """Raise `UnregisteredMetric` for a key `METRICS` does not define for `mode`."""
+    for key in row:
+        metric = METRICS.get(key)
+        if metric is None or mode not in metric.modes:
+            raise UnregisteredMetric(f"metrics.jsonl key {key!r} is not registered for mode {mode} "
+                                     "(fasync/metrics/registry.py)")
+
+
+def over(name: str, rows: Iterable[dict]) -> Optional[float]:
+    """The run-wide figure of metric `name` over `rows` (`Metric.over_rows`)."""
+    return METRICS[name].over_rows(rows)
