@@ -206,6 +206,47 @@ def simulate(
     raise typer.Exit(code)
 
 
+class Framework(str, Enum):
+    verl = "verl"
+    slime = "slime"
+    miles = "miles"
+    areal = "areal"
+    prime_rl = "prime-rl"
+    openrlhf = "openrlhf"
+    trl = "trl"
+
+
+@app.command("import", context_settings={"ignore_unknown_options": True})
+def import_(
+    framework: Annotated[Framework, typer.Argument(help="The framework SOURCE is written for.")],
+    sources: Annotated[list[str], typer.Argument(metavar="SOURCE...", help="YAML or TOML configs, launch scripts, "
+                                                 "Python with a GRPOConfig(...), or hydra overrides and flags.")],
+    out: Annotated[str | None, typer.Option("-o", "--out", help="Write the fasync config here "
+                                            "(default: print it).")] = None,
+) -> None:
+    """Write a fasync config from another framework's settings, each value with its source, then lint it.
+    Exit as `fasync check` does on the result."""
+    import tempfile
+
+    from fasync.lint.engine import check_files, exit_code
+    from fasync.lint.formats import render
+    from fasync.migrate import import_config
+
+    text, _ = import_config(framework.value, sources)
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+        target = out
+    else:
+        typer.echo(text)
+        target = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False).name
+        Path(target).write_text(text, encoding="utf-8")
+    run = check_files([target])
+    typer.echo(render(run.diagnostics, "text", files=1), err=True)
+    if not out:
+        Path(target).unlink()
+    raise typer.Exit(exit_code(run))
+
+
 @app.command()
 def schema() -> None:
     """Print the config's JSON Schema (draft-07) for editor completion and validation."""

@@ -129,6 +129,17 @@ def render_migrate_md() -> str:
          "depends on one of those values says so (`[assumed: ...]`). Hydra overrides (`+key=value`, `~key`) and "
          "argparse flags (`--rollout-batch-size`) are read as the keys they name."),
         "",
+        ("`fasync import FRAMEWORK SOURCE... [-o OUT]` writes the fasync config itself. FRAMEWORK is one of "
+         "`verl`, `slime`, `miles`, `areal`, `prime-rl`, `openrlhf`, `trl`; SOURCE is a YAML or TOML config, a "
+         "launch script or a command line (hydra `key=value`, `+key=value`, `~key`; argparse `--flag value`; "
+         "`NAME=value` variables and `$((...))` substituted), or Python with a `GRPOConfig(...)` call; later "
+         "sources override earlier ones. Every value gets a comment naming the source key and value; a converted "
+         "one shows the arithmetic (verl fully-async: `rollout.batch_size` = require_batches × "
+         "ppo_mini_batch_size prompts, `train.global_batch_size` = ppo_mini_batch_size × rollout.n samples, "
+         "`async.max_weight_staleness` = ceil(staleness_threshold)); what has no equivalent, or still needs a "
+         "conversion by hand, is listed under the config. The result is then linted like `fasync check`, with "
+         "the same exit codes (the migrated geometry often shows S001: several optimizer steps per drain)."),
+        "",
         ("The tables below are generated from `fasync/config/foreign_keys.py`, the same table the hints use. "
          "`converted` means the fasync value follows from the framework's own semantics by arithmetic or a unit "
          "change (the note says how); keys are written as the framework spells them, flags without their dashes "

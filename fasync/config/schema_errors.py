@@ -184,8 +184,9 @@ def _grouped(raw: dict, unknown: list[KeyPath], leaves: list[tuple[KeyPath, Any]
     parts = [f"the same value: {'; '.join(exact)}" if exact else "",
              f"converted: {'; '.join(converted)}" if converted else "",
              f"no equivalent: {', '.join(missing)}" if missing else "",
-             "the lint rules ran on the rest of the config with the keys of the first group (marked `assumed`) "
-             f"and defaults for the others; docs/migrate.md lists every {name} key"]
+             f"`fasync import {framework} FILE -o fasync.yaml` converts every key, the arithmetic in a comment; the "
+             "lint rules ran on the rest of this config with the keys of the first group (marked `assumed`) and "
+             "defaults for the others"]
     first = min((path for path, _ in leaves), key=lambda p: _position(provenance, p))
     message = (f"this looks like a {name}{variant} config: {len(exact) + len(converted)} keys map to fasync keys "
                f"({len(exact)} with the same value, {len(converted)} converted), {len(missing)} have no equivalent")

@@ -23,8 +23,8 @@ from fasync.diagnostics import Diagnostic, Location
 MAX_NODES = 20_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _TOML_TABLE = re.compile(rb"^\[\[?[A-Za-z0-9_.\-]+\]\]?\s*$", re.MULTILINE)
-_TOML_HELP = ("this looks like TOML (prime-rl's config format); fasync configs are YAML: docs/migrate.md lists "
-              "the fasync key of each prime-rl key")
+_TOML_HELP = ("this looks like TOML (prime-rl's config format); fasync configs are YAML: "
+              "`fasync import prime-rl FILE -o config.yaml` converts it")
 
 
 class _Loader(yaml.SafeLoader):

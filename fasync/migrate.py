@@ -1,0 +1,372 @@
+"""`fasync import FRAMEWORK SOURCE...`: a fasync config from another framework's config, launch script,
+hydra overrides, argparse flags or TRL `GRPOConfig(...)` keywords.
+
+Keys are looked up in the table the loader's hints use (fasync.config.foreign_keys). A value that carries
+over as it is is copied; a converted one is computed from the framework's own semantics, and the comment
+next to it shows the arithmetic; a key with no equivalent is listed under the config.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from fasync.config.fields import show_value
+from fasync.config.foreign_keys import CONVERTED, FRAMEWORKS, NONE, SAME, mappings_for, normalize
+
+
+@dataclass
+class Source:
+    """A framework's settings, by the table's spelling of each key, with where each came from."""
+
+    framework: str
+    values: dict[str, Any] = field(default_factory=dict)
+    written: dict[str, str] = field(default_factory=dict)
+    """Table key → the key as written (`--rollout-batch-size`, `actor_rollout_ref.rollout.n`)."""
+    script: str = ""
+    """The Python entry point a launch script runs (slime's train_async.py), if any."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def cite(self, key: str, default: Any = None) -> str:
+        """`actor_rollout_ref.rollout.n` 16, or "default 1" when the source does not set it."""
+        if key in self.values:
+            return f"{self.written.get(key, key)} {show_value(self.values[key])}"
+        return f"{key} {show_value(default)} (the {FRAMEWORKS[self.framework]} default)"
+
+
+@dataclass
+class Imported:
+    values: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    """fasync key → (value, where it came from: the source key and value, with any arithmetic)."""
+    unmapped: list[tuple[str, Any, str]] = field(default_factory=list)
+    """(key as written, value, why) for what has no fasync equivalent."""
+
+    def set(self, key: str, value: Any, why: str) -> None:
+        self.values[key] = (value, why)
+
+
+# --- reading sources ---------------------------------------------------------------------------------------
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: data}
+
+
+def _scalar(text: str) -> Any:
+    for number in (int, float):  # YAML 1.1 reads 1e-6 as a string
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def _shell_words(text: str) -> tuple[list[str], str]:
+    """The words of a launch script or command line, with `NAME=value` variables substituted, and the Python
+    script it runs."""
+    text = re.sub(r"\\\n", " ", text)
+    variables: dict[str, str] = {}
+    words: list[str] = []
+    for line in text.splitlines():
+        line = line.split(" #")[0] if not line.lstrip().startswith("#") else ""
+        assignment = re.fullmatch(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*", line)
+        if assignment:
+            variables[assignment[1]] = _substitute(assignment[2].strip("\"'"), variables)
+            continue
+        try:
+            words += [_substitute(word, variables) for word in shlex.split(line)]
+        except ValueError:
+            words += line.split()
+    script = next((w for w in words if w.endswith(".py")), "")
+    return words, script
+
+
+def _substitute(word: str, variables: dict[str, str]) -> str:
+    word = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: variables.get(m[1], m[0]), word)
+    arithmetic = re.fullmatch(r"\$\(\(([0-9+\-*/() ]+)\)\)", word)
+    return str(eval(arithmetic[1].replace("/", "//"), {"__builtins__": {}})) if arithmetic else word  # noqa: S307
+
+
+def _words_to_settings(words: list[str]) -> dict[str, Any]:
+    """`--flag value`, `--flag=value`, `--flag` (true), hydra's `key=value`, `+key=value`, `~key`."""
+    out: dict[str, Any] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if word.startswith("--") and len(word) > 2:
+            name, eq, value = word[2:].partition("=")
+            if not eq:
+                if index < len(words) and not words[index].startswith("--") and "=" not in words[index]:
+                    value = words[index]
+                    index += 1
+                else:
+                    value = "true"
+            out[name] = _scalar(value)
+        elif word.startswith("~"):
+            out.pop(word[1:], None)
+        elif "=" in word and re.match(r"\+{0,2}[A-Za-z_][\w.\-]*=", word):
+            name, _, value = word.lstrip("+").partition("=")
+            out[name] = _scalar(value)
+    return out
+
+
+def _grpo_config_keywords(text: str) -> dict[str, Any]:
+    """The literal keywords of a `GRPOConfig(...)` call, or of a bare `key=value, ...` list."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        tree = ast.parse(f"GRPOConfig({text})")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")).endswith("Config"):
+            out = {}
+            for keyword in node.keywords:
+                try:
+                    out[keyword.arg] = ast.literal_eval(keyword.value)
+                except ValueError:
+                    continue
+            return out
+    return {}
+
+
+def read(framework: str, sources: list[str]) -> Source:
+    """Every SOURCE in order, later ones overriding earlier ones: files (YAML, TOML, a launch script, Python
+    with a GRPOConfig), else command-line words."""
+    settings: dict[str, Any] = {}
+    script = ""
+    words: list[str] = []
+    for item in sources:
+        path = Path(item)
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            if path.suffix == ".toml":
+                import tomllib
+
+                settings.update(_flatten(tomllib.loads(text)))
+            elif path.suffix in (".yaml", ".yml", ".json"):
+                settings.update(_flatten(yaml.safe_load(text) or {}))
+            elif path.suffix == ".py" or "GRPOConfig(" in text:
+                settings.update(_grpo_config_keywords(text))
+            else:
+                found, script = _shell_words(text)
+                settings.update(_words_to_settings(found))
+        else:
+            words.append(item)
+    if words:
+        found, named = _shell_words(shlex.join(words) if len(words) > 1 else words[0])
+        settings.update(_words_to_settings(found))
+        script = script or named
+    source = Source(framework, script=script)
+    for written, value in settings.items():
+        rows = mappings_for(written.split("."), framework)
+        key = next((row.source for row in rows if row.framework == framework and not row.source.endswith("*")),
+                   normalize(written))
+        source.values[key] = value
+        source.written[key] = written
+    return source
+
+
+# --- translating -------------------------------------------------------------------------------------------
+
+def translate(source: Source) -> Imported:
+    out = Imported()
+    converted = _CONVERTERS[source.framework](source, out)
+    for key, value in source.values.items():
+        rows = [r for r in mappings_for(key.split("."), source.framework) if r.framework == source.framework]
+        written = source.written.get(key, key)
+        if not rows or rows[0].kind == NONE:
+            out.unmapped.append((written, value, rows[0].note if rows else "not in fasync's table"))
+        elif rows[0].kind == SAME:
+            for target in rows[0].targets:
+                if target not in out.values:
+                    out.set(target, value, f"{FRAMEWORKS[source.framework]} {written}: {show_value(value)}")
+        elif rows[0].kind == CONVERTED and key not in converted:
+            out.unmapped.append((written, value, f"converted by hand: {rows[0].note}"))
+    return out
+
+
+def _ceil_staleness(source: Source, key: str, out: Imported) -> None:
+    if key in source.values:
+        threshold = float(source.get(key))
+        out.set("async.max_weight_staleness", math.ceil(threshold),
+                f"ceil({source.cite(key)}) = {math.ceil(threshold)}: verl's threshold is a fraction of extra samples "
+                "per sync, trained up to one sync later")
+
+
+def _verl(source: Source, out: Imported) -> set[str]:
+    fully_async = any(k.startswith("async_training.") for k in source.values)
+    out.set("mode", "fully_async" if fully_async else "sync",
+            "verl's fully-async recipe (async_training.*)" if fully_async else "verl's PPO trainer is synchronous")
+    n = source.get("actor_rollout_ref.rollout.n", 1)
+    mini = source.get("actor_rollout_ref.actor.ppo_mini_batch_size")
+    if mini is not None:
+        out.set("train.global_batch_size", mini * n, f"{source.cite('actor_rollout_ref.actor.ppo_mini_batch_size')} "
+                f"prompts × {source.cite('actor_rollout_ref.rollout.n', 1)} = {mini * n} samples")
+    if fully_async and mini is not None:
+        batches = source.get("async_training.require_batches", 1)
+        out.set("rollout.batch_size", batches * mini,
+                f"{source.cite('async_training.require_batches', 1)} × ppo_mini_batch_size {mini} = {batches * mini} "
+                f"prompts per drain, {batches} optimizer step{'s' * (batches != 1)}")
+        total = source.get("rollout.total_rollout_steps")
+        if total is not None:
+            out.set("train.num_rollouts", max(total // (batches * mini), 1),
+                    f"{source.cite('rollout.total_rollout_steps')} prompts / {batches * mini} per drain")
+        out.set("correction.ratio_anchor", *_verl_anchor(source))
+    _ceil_staleness(source, "async_training.staleness_threshold", out)
+    if source.get("actor_rollout_ref.actor.use_kl_loss"):
+        coef = source.get("actor_rollout_ref.actor.kl_loss_coef", 0.001)
+        out.set("train.kl_coef", coef, f"use_kl_loss with {source.cite('actor_rollout_ref.actor.kl_loss_coef', 0.001)}")
+    return {"actor_rollout_ref.actor.ppo_mini_batch_size", "async_training.require_batches",
+            "async_training.staleness_threshold", "rollout.total_rollout_steps", "async_training.use_rollout_log_probs",
+            "async_training.compute_prox_log_prob", "actor_rollout_ref.actor.use_kl_loss",
+            "actor_rollout_ref.actor.kl_loss_coef"}
+
+
+def _verl_anchor(source: Source) -> tuple[str, str]:
+    if source.get("async_training.compute_prox_log_prob"):
+        return "proximal", f"{source.cite('async_training.compute_prox_log_prob')}: decoupled PPO"
+    if source.get("async_training.use_rollout_log_probs", True):
+        return "behaviour", f"{source.cite('async_training.use_rollout_log_probs', True)}: the rollout's logprobs"
+    return "recompute", f"{source.cite('async_training.use_rollout_log_probs')}: recomputed logprobs"
+
+
+def _slime(source: Source, out: Imported) -> set[str]:
+    if source.get("fully_async"):
+        out.set("mode", "fully_async", f"{source.cite('fully_async')}")
+    elif source.script.endswith("train_async.py"):
+        out.set("mode", "async", f"{source.script} overlaps the next rollout with training (one step off)")
+        if "async.max_weight_staleness" not in out.values:
+            out.set("async.max_weight_staleness", 1, f"{source.script}: one rollout ahead")
+    else:
+        out.set("mode", "sync", f"{source.script or 'train.py'} trains each rollout before the next")
+    if source.get("use_kl_loss"):
+        out.set("train.kl_coef", source.get("kl_loss_coef", 0.0), f"use_kl_loss with {source.cite('kl_loss_coef', 0.0)}")
+    if source.get("use_tis"):
+        out.set("correction.level", "token", f"{source.cite('use_tis')}: truncated importance sampling per token")
+    return {"fully_async", "use_kl_loss", "kl_loss_coef", "use_tis"}
+
+
+def _areal(source: Source, out: Imported) -> set[str]:
+    out.set("mode", "fully_async", "AReaL streams rollouts and syncs weights after every step")
+    decoupled = source.get("actor.use_decoupled_loss")
+    if decoupled:
+        out.set("correction.ratio_anchor", "proximal", f"{source.cite('actor.use_decoupled_loss')}: decoupled PPO")
+        out.set("correction.level", "token", "decoupled PPO's behaviour importance weight")
+    elif source.get("actor.recompute_logprob"):
+        out.set("correction.ratio_anchor", "recompute", source.cite("actor.recompute_logprob"))
+    concurrent = source.get("rollout.max_concurrent_rollouts")
+    if concurrent is not None:
+        n = source.get("gconfig.n_samples", 1)
+        out.set("async.max_concurrent_samples", concurrent * n,
+                f"{source.cite('rollout.max_concurrent_rollouts')} episodes × {source.cite('gconfig.n_samples', 1)}")
+    upper = source.get("actor.rejection_sampling.upper")
+    if upper is not None:
+        out.set("correction.reject_token_ratio", [0.0, upper], f"{source.cite('actor.rejection_sampling.upper')}: "
+                "tokens whose ratio exceeds it are masked")
+    return {"actor.use_decoupled_loss", "actor.recompute_logprob", "rollout.max_concurrent_rollouts",
+            "actor.rejection_sampling.upper"}
+
+
+def _prime_rl(source: Source, out: Imported) -> set[str]:
+    out.set("mode", "fully_async", "prime-rl's orchestrator streams rollouts to the trainer")
+    batch, group = source.get("orchestrator.batch_size"), source.get("orchestrator.group_size", 1)
+    if batch is not None:
+        out.set("train.global_batch_size", batch, f"{source.cite('orchestrator.batch_size')} samples per step")
+        out.set("rollout.batch_size", max(batch // group, 1),
+                f"{source.cite('orchestrator.batch_size')} / {source.cite('orchestrator.group_size', 1)} prompts")
+    if "orchestrator.max_off_policy_steps" not in source.values:
+        out.set("async.max_weight_staleness", 8, "orchestrator.max_off_policy_steps 8 (the prime-rl default)")
+    return {"orchestrator.batch_size"}
+
+
+def _openrlhf(source: Source, out: Imported) -> set[str]:
+    partial = source.get("train.partial_rollout_enable") or source.get("partial_rollout_enable")
+    asynchronous = source.get("train.async_enable") or source.get("async_train")
+    if partial:
+        out.set("mode", "fully_async", "partial rollout: fasync resumes generations across a sync only in fully_async")
+        out.set("async.partial_rollout", True, "train.partial_rollout_enable")
+    else:
+        out.set("mode", "async" if asynchronous else "sync",
+                "train.async_enable: whole rollouts overlap training" if asynchronous else "OpenRLHF trains synchronously")
+    if asynchronous or partial:
+        queue = source.get("train.async_queue_size", 1)
+        out.set("async.max_weight_staleness", queue, f"{source.cite('train.async_queue_size', 1)} rollouts ahead")
+    return {"train.partial_rollout_enable", "partial_rollout_enable", "train.async_enable", "async_train",
+            "train.async_queue_size"}
+
+
+def _trl(source: Source, out: Imported) -> set[str]:
+    per_device = source.get("per_device_train_batch_size", 8)
+    accumulation = source.get("gradient_accumulation_steps", 1)
+    processes = source.get("num_processes", 1)
+    generations = source.get("num_generations", 8)
+    steps_per_generation = source.get("steps_per_generation", accumulation)
+    samples = source.get("generation_batch_size", per_device * processes * steps_per_generation)
+    out.set("rollout.n_samples_per_prompt", generations, source.cite("num_generations", 8))
+    out.set("train.global_batch_size", per_device * processes * accumulation,
+            f"{source.cite('per_device_train_batch_size', 8)} × {source.cite('num_processes', 1)} processes × "
+            f"{source.cite('gradient_accumulation_steps', 1)} = {per_device * processes * accumulation} samples")
+    out.set("rollout.batch_size", max(samples // generations, 1),
+            f"{per_device} × {processes} × {source.cite('steps_per_generation', accumulation)} = {samples} samples per "
+            f"generation / {generations} generations = {samples // generations} prompts")
+    if processes > 1:
+        out.set("resources.trainer_ranks", processes, source.cite("num_processes"))
+    if "max_staleness" in source.values:
+        out.set("mode", "fully_async", f"{source.cite('max_staleness')}: TRL's async GRPO")
+    else:
+        out.set("mode", "sync", "TRL's GRPOTrainer generates, then trains")
+    return {"gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "num_processes"}
+
+
+_CONVERTERS: dict[str, Callable[[Source, Imported], set[str]]] = {
+    "verl": _verl, "slime": _slime, "miles": _slime, "areal": _areal, "prime-rl": _prime_rl,
+    "openrlhf": _openrlhf, "trl": _trl}
+
+
+# --- writing -----------------------------------------------------------------------------------------------
+
+def _yaml(value: Any) -> str:
+    """A value as a YAML flow scalar that reads back as the same type (1.0e-06, not 1e-06, which is a string)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+
+
+def render(framework: str, sources: list[str], imported: Imported) -> str:
+    """The fasync config as YAML, each value with a comment naming where it came from."""
+    lines = [f"# Imported by `fasync import {framework} {' '.join(sources)}`: each value names the "
+             f"{FRAMEWORKS[framework]} setting it came from."]
+    values = dict(sorted(imported.values.items(), key=lambda kv: (kv[0] != "mode", kv[0])))
+    section = None
+    for key, (value, why) in values.items():
+        head, _, name = key.partition(".")
+        if not name:
+            lines.append(f"{head}: {_yaml(value)}  # {why}")
+            continue
+        if head != section:
+            lines.append(f"{head}:")
+            section = head
+        lines.append(f"  {name}: {_yaml(value)}  # {why}")
+    if imported.unmapped:
+        lines += ["", f"# No fasync equivalent ({len(imported.unmapped)}):"]
+        lines += [f"#   {key}: {show_value(value)}  ({why})" for key, value, why in imported.unmapped]
+    return "\n".join(lines) + "\n"
+
+
+def import_config(framework: str, sources: list[str]) -> tuple[str, Imported]:
+    imported = translate(read(framework, sources))
+    return render(framework, sources, imported), imported

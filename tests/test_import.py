@@ -1,0 +1,113 @@
+"""`fasync import`: one realistic source per framework, written for these tests from each framework's documented
+keys; the derived geometry of the result and what the linter says about it."""
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from fasync.cli import app
+from fasync.config.derived import derive
+from fasync.config.loader import load_config
+from fasync.lint.engine import lint
+
+SOURCES = {
+    "verl": ("run.sh", """\
+n_resp=16
+mini=32
+python -m verl.experimental.fully_async_policy.fully_async_main \\
+    data.train_batch_size=0 \\
+    actor_rollout_ref.rollout.n=${n_resp} \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=${mini} \\
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \\
+    +actor_rollout_ref.actor.optim.lr=1e-6 \\
+    async_training.require_batches=4 \\
+    async_training.trigger_parameter_sync_step=4 \\
+    async_training.staleness_threshold=0.5 \\
+    async_training.partial_rollout=True \\
+    trainer.logger=['console']
+"""),
+    "slime": ("run.sh", """\
+python3 train_async.py \\
+   --rollout-batch-size 32 --n-samples-per-prompt 8 --global-batch-size 256 \\
+   --num-rollout 100 --rollout-max-response-len 1024 --use-tis --eps-clip 0.2 --eps-clip-high 0.28 \\
+   --rollout-num-gpus-per-engine 1
+"""),
+    "miles": ("run.sh", "python3 train.py --fully-async --max-weight-staleness 2 --rollout-batch-size 16 "
+                        "--n-samples-per-prompt 8 --global-batch-size 32 --update-weights-interval 1\n"),
+    "areal": ("gsm8k_grpo.yaml", """\
+train_dataset: {batch_size: 64}
+gconfig: {n_samples: 4, max_new_tokens: 1024, temperature: 1.0}
+rollout: {max_head_offpolicyness: 2, max_concurrent_rollouts: 256}
+actor: {ppo_n_minibatches: 2, eps_clip: 0.4, use_decoupled_loss: true, recompute_logprob: true,
+        optimizer: {lr: 1.7e-5}}
+"""),
+    "prime-rl": ("rl.toml", """\
+max_steps = 20
+
+[orchestrator]
+batch_size = 128
+group_size = 16
+max_off_policy_steps = 1
+"""),
+    "openrlhf": ("run.sh", """\
+python3 -m openrlhf.cli.train_ppo_ray --rollout.batch_size 32 --rollout.n_samples_per_prompt 8 \\
+  --train.batch_size 256 --train.micro_batch_size 16 --train.async_enable --algo.kl.init_coef 0.0
+"""),
+    "trl": ("train.py", """\
+from trl import GRPOConfig
+args = GRPOConfig(output_dir="out", per_device_train_batch_size=16, gradient_accumulation_steps=2,
+                  steps_per_generation=8, num_generations=8, learning_rate=1e-6, beta=0.0, epsilon_high=0.28)
+"""),
+}
+
+# framework: (mode, samples per rollout, optimizer steps per drain, staleness in versions, sync interval, codes)
+EXPECTED = {
+    "verl": ("fully_async", 2048, 4, 1, 4, {"S001", "S007"}),
+    "slime": ("async", 256, 1, 1, 1, set()),
+    "miles": ("fully_async", 128, 4, 2, 1, {"S001"}),
+    "areal": ("fully_async", 256, 2, 2, 1, {"S001"}),
+    "prime-rl": ("fully_async", 128, 1, 1, 1, set()),
+    "openrlhf": ("async", 256, 1, 1, 1, set()),
+    "trl": ("sync", 128, 4, 1, 1, set()),
+}
+
+
+@pytest.mark.parametrize("framework", sorted(SOURCES))
+def test_import_derives_the_geometry_and_lints_it(framework, tmp_path):
+    name, text = SOURCES[framework]
+    source = tmp_path / name
+    source.write_text(text)
+    out = tmp_path / "fasync.yaml"
+    result = CliRunner().invoke(app, ["import", framework, str(source), "-o", str(out)])
+    assert "Traceback" not in result.output
+    written = out.read_text()
+    assert all("  # " in line for line in written.splitlines() if line and not line.startswith("#")
+               and ":" in line and not line.endswith(":")), written  # every value names its source
+    loaded = load_config(out)
+    assert loaded.config is not None, [d.message for d in loaded.diagnostics]
+    derived = derive(loaded.config)
+    mode, samples, steps, staleness, interval, codes = EXPECTED[framework]
+    assert (loaded.config.mode, derived.samples_per_rollout, derived.num_steps_per_rollout,
+            loaded.config.async_.max_weight_staleness, loaded.config.async_.update_weights_interval) == (
+        mode, samples, steps, staleness, interval)
+    found = {d.code for d in lint(loaded)}
+    assert codes <= found and not {d.code for d in lint(loaded) if d.severity.value == "error"} - {"R001"}
+    assert result.exit_code == (1 if any(d.severity.value == "error" for d in lint(loaded)) else 0)
+
+
+def test_the_comments_show_the_arithmetic_and_the_unmapped_keys_are_listed(tmp_path):
+    source = tmp_path / "run.sh"
+    source.write_text(SOURCES["verl"][1])
+    text = CliRunner().invoke(app, ["import", "verl", str(source)]).stdout
+    assert "async_training.require_batches 4 × ppo_mini_batch_size 32 = 128 prompts per drain" in text
+    assert "actor_rollout_ref.actor.ppo_mini_batch_size 32 prompts × actor_rollout_ref.rollout.n 16 = 512" in text
+    assert "ceil(async_training.staleness_threshold 0.5) = 1" in text
+    assert "# No fasync equivalent" in text and "trainer.logger" in text
+    assert yaml.safe_load(text.split("\n# No fasync")[0])["train"]["lr"] == 1e-6
+
+
+def test_overrides_and_flags_on_the_command_line(tmp_path):
+    text = CliRunner().invoke(app, ["import", "slime", "--rollout-batch-size", "16", "--n-samples-per-prompt",
+                                    "4", "--global-batch-size=64"]).stdout
+    data = yaml.safe_load(text.split("\n# No fasync")[0])
+    assert data["rollout"] == {"batch_size": 16, "n_samples_per_prompt": 4} and data["train"]["global_batch_size"] == 64
