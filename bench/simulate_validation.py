@@ -94,7 +94,7 @@ def example_blocks() -> dict[str, str]:
 
 
 def _run_overrides(scenario: Scenario, variant, target: float) -> list[str]:
-    return [*COMMON, f"train.target_reward={target}", *variant_overrides(scenario, variant)]
+    return [*COMMON, f"train.target_reward={target}", *variant_overrides(scenario, variant, ROOT / "configs")]
 
 
 def predict_scenario(result: ScenarioResult, costs) -> list:
@@ -210,7 +210,7 @@ def validation_block(out: Path, repeats: int, kept: bool = False) -> str:
     if kept:
         results = [result for result in (kept_scenario(s, out, 0.9) for s in scenarios) if result is not None]
     else:
-        results = [run_scenario(s, QUICKSTART, [], out, 0.9, repeats) for s in scenarios]
+        results = [run_scenario(s, QUICKSTART, [], out, 0.9, ROOT / "configs", repeats) for s in scenarios]
     calibration = calibrate([out / "modes" / "0-sync-0"])
     load_after = " / ".join(f"{value:.2f}" for value in os.getloadavg())
     parts = [

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from fasync.bench.measure import last_per_rollout, time_to_target
 from fasync.bench.modes import run_variant
-from fasync.bench.report import ROOT, measured, table, write_block
+from fasync.bench.report import measured, table, write_block
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:

@@ -173,13 +173,17 @@ def bench(
     idle fractions and correction metrics against the ideal overlap, and write them into docs/benchmarks.md."""
     from fasync.bench.modes import LONG_TAIL
     from fasync.bench.report import benchmark
+    from fasync.errors import ConfigurationError
 
     files, overrides = split_targets(targets or [])
     if len(files) > 1:
         _fail("fasync bench: give at most one config file")
-    _, blocks = benchmark(files[0] if files else "configs/quickstart.yaml", overrides,
-                          out_dir=Path(out) if out else None, doc=None if no_write else Path(doc),
-                          long_tail=LONG_TAIL if long_tail else None, repeats=repeat)
+    try:
+        _, blocks = benchmark(files[0] if files else "configs/quickstart.yaml", overrides,
+                              out_dir=Path(out) if out else None, doc=None if no_write else Path(doc),
+                              long_tail=LONG_TAIL if long_tail else None, repeats=repeat)
+    except ConfigurationError as error:
+        _fail(str(error))
     typer.echo("\n\n".join(blocks.values()))
 
 

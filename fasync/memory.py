@@ -128,7 +128,7 @@ def model_dims(cfg: FasyncConfig) -> ModelDims | None:
 def prompt_tokens(cfg: FasyncConfig) -> int:
     if cfg.data.max_prompt_tokens is not None:
         return cfg.data.max_prompt_tokens
-    from fasync.lint.rules.facts import builtin_task_shape
+    from fasync.data.shape import builtin_task_shape
 
     shape = builtin_task_shape(cfg)
     return shape.prompt_tokens if shape is not None else DATASET_PROMPT_TOKENS

@@ -25,7 +25,7 @@ from fasync.data.rewards import BUILTIN_REWARDS
 from fasync.data.tasks import generate_problems
 from fasync.memory import GB, RUNTIME_BYTES, estimate
 from fasync.model import build_tokenizer
-from fasync.rollout.engine import build_engine
+from fasync.rollout.build import build_engine
 from fasync.rollout.types import Generation, Sample, SamplingParams
 from fasync.train.batching import collate
 from fasync.train.trainer import Trainer

@@ -14,10 +14,11 @@ import pytest
 import yaml
 
 from fasync.bench.measure import ideal_speedup, measure, median_report, time_to_target
-from fasync.bench.modes import EXAMPLES, LongTail, mode_overrides, variant_overrides
+from fasync.bench.modes import LongTail, mode_overrides, variant_overrides
 from fasync.bench.report import write_block
 
 REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "configs"
 TINY = {
     "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 16},
     "data": {"task": "reverse", "length": 2},
@@ -31,20 +32,20 @@ BOUNDS = {"sync": 0, "async": 1, "fully_async": 2}
 
 def test_mode_settings_come_from_the_example_configs():
     shipped = yaml.safe_load((EXAMPLES / "fully_async.yaml").read_text())
-    overrides = mode_overrides("fully_async")
+    overrides = mode_overrides("fully_async", EXAMPLES)
     assert overrides[0] == "mode=fully_async"
     assert f"async.max_weight_staleness={shipped['async']['max_weight_staleness']}" in overrides
     assert f'correction.ratio_anchor="{shipped["correction"]["ratio_anchor"]}"' in overrides
-    assert mode_overrides("sync") == ["mode=sync"]
+    assert mode_overrides("sync", EXAMPLES) == ["mode=sync"]
 
 
 def test_a_variant_overrides_each_key_once_with_its_last_setting():
     tail = LongTail(slices=(12,)).scenario(Path("long-tail.jsonl"))
     for variant in tail.variants:
-        overrides = variant_overrides(tail, variant)
+        overrides = variant_overrides(tail, variant, EXAMPLES)
         keys = [item.split("=", 1)[0] for item in overrides]
         assert len(keys) == len(set(keys)), overrides
-    no_partial = variant_overrides(tail, tail.variants[-1])
+    no_partial = variant_overrides(tail, tail.variants[-1], EXAMPLES)
     assert "async.partial_rollout=false" in no_partial and "async.partial_rollout=true" not in no_partial
 
 
@@ -105,6 +106,18 @@ def test_the_script_is_the_cli_command():
     assert "--no-long-tail" in result.stdout
 
 
+def test_a_base_config_without_the_mode_configs_beside_it_is_one_clear_error(tmp_path):
+    """The bench reads nothing by a path relative to the installed package: the modes' settings come from
+    the configs beside the base config, and their absence is a usage error that names the directory."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    result = subprocess.run([sys.executable, "-m", "fasync.cli", "bench", str(config), "--no-write"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert f"{tmp_path} has no async.yaml or fully_async.yaml" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.ray
 def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
     from fasync.bench.report import benchmark
@@ -115,7 +128,7 @@ def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
     tail = LongTail(short=1, long=3, long_fraction=0.25, pool=64, rollouts=4, target=0.5, micro_batch_size=8,
                     slices=(2,))
     results, blocks = benchmark(str(config), [], out_dir=tmp_path / "runs", doc=doc, long_tail=tail,
-                                command="fasync bench tiny.yaml")
+                                command="fasync bench tiny.yaml", examples=EXAMPLES)
 
     standard, long_tail = results
     assert [r.mode for r in standard.reports] == ["sync", "async", "fully_async"]

@@ -1,5 +1,6 @@
 """The check path never imports torch, ray or vllm (it must start fast and run in CI without them)."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -33,8 +34,6 @@ def test_no_heavy_imports(args):
 
 def fasync_imports(package: Path) -> set[str]:
     """The fasync modules that the files under `package` import (at any depth, deferred imports included)."""
-    import ast
-
     names = set()
     for file in [package] if package.is_file() else package.rglob("*.py"):
         for node in ast.walk(ast.parse(file.read_text())):
@@ -51,3 +50,54 @@ def test_layers():
     assert fasync_imports(root / "diagnostics") == set()
     assert fasync_imports(root / "exit_codes.py") == set()
     assert {name for name in fasync_imports(root / "config") if name.startswith("fasync.lint")} == set()
+
+
+def module_graph(root: Path) -> dict[str, set[str]]:
+    """Each fasync module and the fasync modules it imports (deferred imports included): a name imported
+    from a package counts as its submodule when one of that name exists."""
+    files = {".".join(file.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): file
+             for file in root.rglob("*.py")}
+    graph = {}
+    for name, file in files.items():
+        deps = set()
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                deps.update(f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in files else node.module
+                            for alias in node.names)
+            elif isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+        graph[name] = {dep for dep in deps if dep in files and dep != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state, path = [], {}, []
+
+    def visit(module: str) -> None:
+        state[module] = "open"
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == "open":
+                found.append(path[path.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep)
+        path.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return found
+
+
+def test_cycle_finder_sees_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    """No module reaches back to one that imports it, even through a deferred import: the engine interface
+    does not import its implementations, the memory estimate does not import the linter."""
+    graph = module_graph(Path(__file__).resolve().parent.parent / "fasync")
+    assert "fasync.rollout.hf_engine" in graph["fasync.rollout.build"]  # the graph sees deferred imports
+    assert cycles(graph) == []

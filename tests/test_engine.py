@@ -11,7 +11,7 @@ from fasync.config.schema import FasyncConfig
 from fasync.model import build_tokenizer, token_logprobs
 from fasync.model.policy import sampling_logprobs
 from fasync.rollout import hf_engine
-from fasync.rollout.engine import build_engine
+from fasync.rollout.build import build_engine
 from fasync.rollout.types import Generation, SamplingParams
 
 torch.set_num_threads(1)

@@ -6,7 +6,7 @@ import torch
 
 from fasync.config.schema import FasyncConfig
 from fasync.drivers.common import build_factory
-from fasync.rollout.engine import build_engine
+from fasync.rollout.build import build_engine
 from fasync.train.batching import collate
 from fasync.train.trainer import Trainer
 

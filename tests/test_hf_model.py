@@ -8,7 +8,7 @@ import torch
 from fasync.config.schema import FasyncConfig, ModelConfig
 from fasync.errors import ConfigurationError
 from fasync.model import build_model, build_tokenizer, token_logprobs
-from fasync.rollout.engine import build_engine
+from fasync.rollout.build import build_engine
 from fasync.rollout.types import Generation, SamplingParams
 
 torch.set_num_threads(1)

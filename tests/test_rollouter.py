@@ -11,7 +11,7 @@ from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
 from fasync.drivers.common import build_factory
-from fasync.launch.actors import pack, unpack
+from fasync.launch.wire import pack, unpack
 from fasync.rollout.rollouter import Rollouter
 
 N = 4

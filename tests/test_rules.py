@@ -16,6 +16,7 @@ from fasync.cli import app
 from fasync.config.loader import load_config
 from fasync.config.schema import RolloutConfig
 from fasync.data.rewards import BUILTIN_REWARDS
+from fasync.data.shape import TaskShape, builtin_task_shape
 from fasync.data.tasks import TASKS
 from fasync.diagnostics import EXAMPLES, Severity
 from fasync.lint.engine import catalogue, lint, rules
@@ -248,9 +249,9 @@ def test_the_tables_cover_every_engine_and_reward():
 def test_builtin_task_shape(task, length, prompt_tokens, answer_tokens, tmp_path):
     assert set(TASKS) == {"reverse", "copy", "sort", "add"}
     config = load_config(config_file(tmp_path, f"data:\n  task: {task}\n  length: {length}\n")).config
-    assert facts.builtin_task_shape(config) == facts.TaskShape(task, prompt_tokens, answer_tokens)
+    assert builtin_task_shape(config) == TaskShape(task, prompt_tokens, answer_tokens)
     with_file = load_config(config_file(tmp_path, "data:\n  path: prompts.jsonl\n")).config
-    assert facts.builtin_task_shape(with_file) is None
+    assert builtin_task_shape(with_file) is None
 
 
 @pytest.mark.parametrize("path", [p for p in SHIPPED if not p.name.startswith("diagnostic-")], ids=lambda p: p.name)

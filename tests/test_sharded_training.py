@@ -34,7 +34,7 @@ def _rank(rank: int, world: int, port: int, settings: dict, out: str) -> None:
         state = trainer.rollout_state_dict()
     if rank == 0:
         torch.save({"records": records, "state": state}, out)
-    distributed.shutdown()
+    dist.destroy_process_group()
 
 
 def run_ranks(settings: dict, tmp_path, world: int = 2) -> dict:

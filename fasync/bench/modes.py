@@ -1,8 +1,9 @@
 """The mode benchmark: one base config trained in sync, async and fully_async, then the long tail.
 
-Each mode takes its settings (the `async` and `correction` sections) from the repository's example
-config of that mode, `configs/async.yaml` and `configs/fully_async.yaml`, on top of the base config,
-so the benchmark measures the modes as they are shipped. Every run uses one torch thread for
+Each mode takes its settings (the `async` and `correction` sections) from the example config of that
+mode next to the base config (`async.yaml` and `fully_async.yaml`; for the default base config, the
+repository's `configs/`), on top of the base config, so the benchmark measures the modes as they are
+shipped. Every run uses one torch thread for
 generation and one for training, so that the two can overlap on two cores. Repeated runs go round
 the modes in turn, so that a machine that slows down for a while slows every mode alike.
 """
@@ -19,7 +20,6 @@ import yaml
 
 from fasync.bench.measure import ModeReport, ideal_speedup, measure, median_report
 
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "configs"
 MODE_SECTIONS = ("async", "correction")
 COMMON = ("resources.rollout_threads=1", "resources.train_threads=1", "logging.progress=none")
 
@@ -64,7 +64,7 @@ def flatten(section: str, values: dict) -> list[str]:
     return out
 
 
-def mode_overrides(mode: str, examples: Path = EXAMPLES) -> list[str]:
+def mode_overrides(mode: str, examples: Path) -> list[str]:
     """`mode=...` plus the mode's sections from its example config (sync: the base config's own)."""
     if mode == "sync":
         return ["mode=sync"]
@@ -150,7 +150,7 @@ def run_variant(config: str, overrides: list[str], run_dir: Path) -> tuple[int, 
     return code, records, resources.get("num_rollout_engines", 1)
 
 
-def variant_overrides(scenario: Scenario, variant: Variant, examples: Path = EXAMPLES) -> list[str]:
+def variant_overrides(scenario: Scenario, variant: Variant, examples: Path) -> list[str]:
     """What a run adds to the user's overrides, each key once: the last setting of a key, which is the one
     that would win on the command line."""
     items = [*scenario.overrides, *mode_overrides(variant.mode, examples), *variant.overrides]
@@ -159,7 +159,7 @@ def variant_overrides(scenario: Scenario, variant: Variant, examples: Path = EXA
 
 
 def run_scenario(scenario: Scenario, config: str, overrides: list[str], out_dir: Path, target: float,
-                 repeats: int = 1, examples: Path = EXAMPLES) -> ScenarioResult:
+                 examples: Path, repeats: int = 1) -> ScenarioResult:
     measured_at = scenario.target if scenario.target is not None else target
     runs: dict[str, list[ModeReport]] = {v.label: [] for v in scenario.variants}
     for repeat in range(repeats):

@@ -22,7 +22,6 @@ from pathlib import Path
 from fasync.bench.measure import CORRECTION_METRICS, ideal_speedup
 from fasync.bench.modes import (
     COMMON,
-    EXAMPLES,
     LONG_TAIL,
     LongTail,
     ScenarioResult,
@@ -32,7 +31,6 @@ from fasync.bench.modes import (
     variant_overrides,
 )
 
-ROOT = EXAMPLES.parent
 GOALS = {"async": 0.85, "fully_async": 0.9}
 """Throughput speedup over sync, as a fraction of the ideal overlap, that each mode aims for."""
 
@@ -74,17 +72,18 @@ def parallel_capacity(loops: int = 10_000_000) -> float:
 
 
 def commit() -> str:
+    """The commit of the checkout the command runs in (its working directory), marked when it has changes."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
 
     dirty = git("status", "--porcelain", "--untracked-files=no")
     return (git("rev-parse", "--short", "HEAD") or "unknown") + (" (with uncommitted changes)" if dirty else "")
 
 
 def invocation(argv: list[str]) -> str:
-    """The command as a user would retype it from the repository root."""
+    """The command as a user would retype it from the working directory (the repository root)."""
     program = Path(argv[0])
-    head = ["fasync"] if program.name == "fasync" else ["python", os.path.relpath(program, ROOT)]
+    head = ["fasync"] if program.name == "fasync" else ["python", os.path.relpath(program)]
     return shlex.join([*head, *argv[1:]])
 
 
@@ -228,25 +227,35 @@ def render(config: str, overrides: list[str], command: str, target: float, repea
 
 def benchmark(config: str, overrides: list[str], out_dir: Path | None = None, doc: Path | None = None,
               long_tail: LongTail | None = LONG_TAIL, repeats: int = 1, target: float | None = None,
-              command: str | None = None, examples: Path = EXAMPLES) -> tuple[list[ScenarioResult], dict[str, str]]:
-    """Run the scenarios; write the blocks into `doc` when given. Returns the results and the blocks."""
+              command: str | None = None, examples: Path | None = None) -> tuple[list[ScenarioResult], dict[str, str]]:
+    """Run the scenarios; write the blocks into `doc` when given. Returns the results and the blocks.
+
+    Each mode's settings come from its example config (`async.yaml`, `fully_async.yaml`) in `examples`,
+    by default the directory of `config`."""
     from fasync.config.loader import load_config
+    from fasync.errors import ConfigurationError
+
+    examples = examples if examples is not None else Path(config).resolve().parent
+    missing = [f"{mode}.yaml" for mode in ("async", "fully_async") if not (examples / f"{mode}.yaml").is_file()]
+    if missing:
+        raise ConfigurationError(f"fasync bench: {examples} has no {' or '.join(missing)}: the modes' settings are read "
+                         "from the example configs beside the base config (see configs/ in the repository)")
 
     loaded = load_config(config, overrides)
     if loaded.config is None:
-        raise ValueError(f"fasync bench: {config} does not load")
+        raise ConfigurationError(f"fasync bench: {config} does not load (run `fasync check {config}`)")
     target = target if target is not None else (loaded.config.train.target_reward or 0.9)
     context = {"started": time.strftime("%Y-%m-%d %H:%M %Z"),
                "load": " / ".join(f"{value:.2f}" for value in os.getloadavg()),
                "capacity": parallel_capacity()}
     with tempfile.TemporaryDirectory(prefix="fasync-bench-") as scratch:
         out = out_dir or Path(scratch)
-        results = [run_scenario(standard_scenario(), config, overrides, out, target, repeats, examples)]
+        results = [run_scenario(standard_scenario(), config, overrides, out, target, examples, repeats)]
         if long_tail is not None:
             dataset = long_tail.write_dataset(out / "long-tail.jsonl")
             context["shown_data"] = {str(dataset): dataset.name}
-            results.append(run_scenario(long_tail.scenario(dataset), config, overrides, out, target, repeats,
-                                        examples))
+            results.append(run_scenario(long_tail.scenario(dataset), config, overrides, out, target, examples,
+                                        repeats))
         blocks = render(config, overrides, command or invocation(sys.argv), target, repeats, results, context,
                         examples)
         (out / "report.json").write_text(json.dumps(

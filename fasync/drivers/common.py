@@ -11,9 +11,10 @@ import ray
 
 from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
-from fasync.launch.actors import TrainerGroup, pack, push_weights, start_engines, unpack
+from fasync.launch.actors import TrainerGroup, push_weights, start_engines
 from fasync.launch.placement import Placement
 from fasync.launch.plan import ResourcePlan
+from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
 from fasync.metrics.writer import MetricsWriter

@@ -16,10 +16,9 @@ import ray
 
 from fasync import staleness as versions
 from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
-from fasync.launch.actors import unpack
-from fasync.rollout.rollouter import Rollouter, RolloutState
-
-RemoteRollouter = ray.remote(num_cpus=0)(Rollouter)
+from fasync.launch.actors import RolloutActor
+from fasync.launch.wire import unpack
+from fasync.rollout.rollouter import RolloutState
 
 
 class RolloutStopped(RuntimeError):
@@ -32,7 +31,7 @@ class FullyAsyncDriver:
     def __init__(self, run: Run):
         self.run = run
         self.interval = run.cfg.async_.update_weights_interval
-        self.rollouter = RemoteRollouter.remote(run.cfg, run.engines, run.factory)
+        self.rollouter = RolloutActor.remote(run.cfg, run.engines, run.factory)
         self.running = self.rollouter.run.remote()
         self.prefetched = None
         """The next drain's `take`, asked for as soon as this drain's groups are in."""

@@ -1,25 +1,20 @@
-"""Ray actors for the rollout engines and the trainer ranks.
+"""Every Ray actor: the rollout engines, the trainer ranks and the fully_async rollouter.
 
-The classes here are thin: the engine and the trainer are plain Python objects
-(fasync.rollout.engine, fasync.train.trainer) that also run without Ray.
-
-Requests, generations and samples cross between actors as `pack`ed bytes: Ray's own
-serializer takes several times longer than pickle on lists of small dataclasses
-(a drain of 32 prompt groups: about 5 ms against 1.7 ms as bytes, on the benchmark
-machine; see docs/benchmarks.md). Weights cross as numpy arrays, which Ray moves without
-copying, where torch tensors are pickled one storage at a time (the quickstart's state
-dict: 0.3 ms against 11 ms for a round trip).
-"""
+The classes here are thin: the engine, the trainer and the rollouter are plain Python objects
+(fasync.rollout.engine, fasync.train.trainer, fasync.rollout.rollouter) that also run without Ray.
+What crosses between them is packed by `fasync.launch.wire`, which the rollouter (run inside an actor
+here) imports too."""
 
 from __future__ import annotations
 
 import os
-import pickle
 
 import ray
 
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import ResourcePlan
+from fasync.launch.wire import arrays_to_weights, pack, unpack, weights_to_arrays
+from fasync.rollout.rollouter import Rollouter
 
 
 def _limit_threads(threads: int) -> None:
@@ -29,36 +24,12 @@ def _limit_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def pack(value) -> bytes:
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def unpack(blob: bytes):
-    return pickle.loads(blob)
-
-
-def weights_to_arrays(state_dict: dict) -> dict:
-    """CPU tensors as `(dtype name, numpy array)`; numpy has no bfloat16, so it travels as int16 bits."""
-    import torch
-
-    carriers = {torch.bfloat16: torch.int16}
-    return {name: (str(tensor.dtype).removeprefix("torch."), tensor.view(carriers.get(tensor.dtype, tensor.dtype))
-                   .numpy()) for name, tensor in state_dict.items()}
-
-
-def arrays_to_weights(arrays: dict) -> dict:
-    import torch
-
-    # A copy: arrays that Ray hands over without copying are read-only.
-    return {name: torch.tensor(array).view(getattr(torch, dtype)) for name, (dtype, array) in arrays.items()}
-
-
 # `control` lets abort reach an engine while a generate call runs in the default group.
 @ray.remote(concurrency_groups={"control": 1})
 class EngineActor:
     def __init__(self, cfg: FasyncConfig, index: int = 0):
         _limit_threads(cfg.resources.rollout_threads)
-        from fasync.rollout.engine import build_engine
+        from fasync.rollout.build import build_engine
 
         # Each engine its own sampling stream: identical seeds would make every engine's groups identical.
         self.engine = build_engine(cfg, seed=cfg.train.seed + 1 + index)
@@ -75,6 +46,11 @@ class EngineActor:
     @ray.method(concurrency_group="control")
     def abort(self) -> None:
         self.engine.abort()
+
+
+# It only waits on the engines and the trainer, so it asks for no CPU of its own.
+RolloutActor = ray.remote(num_cpus=0)(Rollouter)
+"""fully_async's rollouter, which owns the queue and the sample ledger."""
 
 
 @ray.remote

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from fasync import staleness as versions
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
-from fasync.launch.actors import pack, unpack
+from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed

@@ -134,9 +134,3 @@ def shard(model: nn.Module, compute_dtype: torch.dtype, trainable: bool = True) 
 def full_value(value):
     """A sharded (DTensor) value gathered whole on every rank; other tensors as they are."""
     return value.full_tensor() if hasattr(value, "full_tensor") else value
-
-
-
-def shutdown() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()

@@ -6,13 +6,8 @@ that the tables cover every engine, reward and mode the schema allows.
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass
-
 from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
-from fasync.data.tasks import ALPHABET, TASKS
-from fasync.model.tokenizer import CharTokenizer
 
 ASYNC_MODES = ("async", "fully_async")
 
@@ -46,25 +41,6 @@ def active_transforms(cfg: FasyncConfig) -> set[str]:
     if rollout.top_p < 1.0:
         active.add("top_p")
     return active
-
-
-@dataclass(frozen=True)
-class TaskShape:
-    task: str
-    prompt_tokens: int
-    """Tokens the embedded tokenizer feeds the model for one prompt (BOS included)."""
-    answer_tokens: int
-    """Tokens of the reference answer (every answer of a built-in task has the same width)."""
-
-
-def builtin_task_shape(cfg: FasyncConfig) -> TaskShape | None:
-    """Prompt and answer lengths of a built-in task under the embedded tokenizer; None for a JSONL
-    dataset or a Hugging Face tokenizer, whose lengths only the data and the tokenizer know."""
-    if cfg.data.path is not None or cfg.model.path is not None or cfg.data.task is None:
-        return None
-    problem = TASKS[cfg.data.task](random.Random(0), cfg.data.length)
-    prompt = CharTokenizer(ALPHABET).format_prompt(problem.prompt)
-    return TaskShape(cfg.data.task, len(prompt), len(problem.label))
 
 
 def unit(mode: str) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fasync.data.shape import builtin_task_shape
 from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
-from fasync.lint.rules.facts import builtin_task_shape
 
 
 @rule(
