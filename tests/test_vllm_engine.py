@@ -6,7 +6,7 @@ from test_hf_model import write_tiny_llama
 
 from fasync.config.schema import FasyncConfig
 from fasync.model import build_model, build_tokenizer, token_logprobs
-from fasync.rollout.engine import build_engine
+from fasync.rollout.build import build_engine
 from fasync.rollout.types import Generation, SamplingParams
 
 pytest.importorskip("vllm")
