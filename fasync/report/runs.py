@@ -117,6 +117,8 @@ def _from_config(raw: dict) -> dict:
     from fasync.config.derived import derive
     from fasync.config.schema import FasyncConfig
 
+    if not raw:
+        return {}  # no config.yaml: defaults would claim a mode the run may not have had
     try:
         cfg = FasyncConfig.model_validate(raw)
     except ValidationError:
