@@ -25,6 +25,9 @@ def axis_label(text: str, unit: str) -> str:
     return f"{text} ({UNIT_WORDS.get(unit, unit)})"
 
 
+STEP_AXIS = axis_label("optimizer step", "index")
+
+
 def metric_label(name: str) -> str:
     return axis_label(name, METRICS[name].unit)
 
@@ -46,7 +49,7 @@ class Panel:
     lines: tuple[Line, ...]
     absent: str
     """Said in the panel when no run has any of its metrics."""
-    xlabel: str = axis_label("optimizer step", "index")
+    xlabel: str = STEP_AXIS
     ylim: Optional[tuple[float, float]] = None
     bound: Optional[Callable[[Run], Optional[float]]] = None
     """A run's bound on the metric, drawn as a thin line of the run's colour."""
@@ -102,7 +105,7 @@ def idle_series(run: Run) -> tuple[list[int], list[float], list[float]]:
 def line_width(index: int, count: int) -> float:
     """Earlier runs are drawn wider and below later ones, so that runs with equal values (staleness is an
     integer, often the same in every run) still show each colour at the edges of the line on top."""
-    return 1.3 + 1.1 * (count - 1 - index)
+    return 1.3 + 0.8 * (count - 1 - index)
 
 
 def _draw_panel(ax, panel: Panel, runs: list[Run], palette: list) -> None:
@@ -119,7 +122,7 @@ def _draw_panel(ax, panel: Panel, runs: list[Run], palette: list) -> None:
                 continue
             drawn.add(line.legend)
             ax.plot(x, y, linestyle=style, color=colour, linewidth=width, alpha=0.9, zorder=2 + index,
-                    marker="o" if len(x) < MARKERS_BELOW else None, markersize=2 + width)
+                    marker="o" if len(x) < MARKERS_BELOW else None, markersize=3)
         if panel.bound is not None and panel.bound(run) is not None:
             ax.axhline(panel.bound(run), color=colour, linestyle=(0, (1, 3)), linewidth=1.2, zorder=1)
             drawn.add(panel.bound_legend)
@@ -131,6 +134,10 @@ def _draw_panel(ax, panel: Panel, runs: list[Run], palette: list) -> None:
         return
     if panel.ylim is not None:
         ax.set_ylim(*panel.ylim)
+    if panel.xlabel == STEP_AXIS:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     styled = [(line.legend, style) for line, style in zip(panel.lines, STYLES) if line.legend in drawn]
     if panel.bound is not None and panel.bound_legend in drawn:
         styled.append((panel.bound_legend, (0, (1, 3))))
