@@ -17,6 +17,7 @@ from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
+from fasync.metrics.trackers import open_trackers
 from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
 from fasync.staleness import VersionClock
@@ -103,7 +104,8 @@ class Run:
         self.plan = plan
         self.run_dir = run_dir
         self.progress = progress
-        self.writer = MetricsWriter(run_dir, cfg.mode)
+        self.writer = MetricsWriter(run_dir, cfg.mode, open_trackers(
+            cfg.logging, run_dir, cfg.model_dump(mode="json", by_alias=True)))
         self.ledger = Ledger()
         self.factory = factory
         self._owns_engines = engines is None
