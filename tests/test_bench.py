@@ -160,3 +160,12 @@ def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
         assert f"<!-- bench-{name}:begin -->" in text
     assert "fasync bench tiny.yaml" in text and "nan" not in text.lower()
     assert (tmp_path / "runs" / "report.json").exists()
+    # The curves beside the tables: `fasync report` over each variant's run, embedded in the blocks.
+    for scenario, block in (("modes", "modes"), ("long-tail", "long-tail")):
+        charts = tmp_path / "benchmarks" / scenario
+        for name in ("reward", "staleness", "queue", "correction", "time"):
+            assert (charts / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            assert f"![{name}](benchmarks/{scenario}/{name}.png)" in blocks[block]
+        report = (charts / "report.md").read_text()
+        for variant in (standard if scenario == "modes" else long_tail).scenario.variants:
+            assert f"**{variant.label}**" in report

@@ -225,6 +225,24 @@ def render(config: str, overrides: list[str], command: str, target: float, repea
     return blocks
 
 
+def curves(result: ScenarioResult, directory: Path, links_from: Path | None = None) -> str:
+    """The charts of each variant's first run (`fasync report`) written into `directory`, as markdown that
+    embeds them, with links relative to `links_from` (the document's directory) when given."""
+    from fasync.report import write_report
+
+    labels = [variant.label for variant in result.scenario.variants]
+    report = write_report([result.run_dirs[label][0] for label in labels], directory, labels=labels,
+                          title=f"fasync bench: {result.scenario.name}, the first run of each variant", show_paths=False)
+
+    def link(path: Path) -> str:
+        return os.path.relpath(path, links_from).replace(os.sep, "/") if links_from is not None else str(path)
+
+    lines = [f"Curves of the first run of each variant ([their report]({link(report)}), `fasync report`):", ""]
+    lines += [f"![{name}]({link(directory / f'{name}.png')})" for name in ("reward", "staleness", "queue",
+                                                                         "correction", "time")]
+    return "\n".join(lines)
+
+
 def benchmark(config: str, overrides: list[str], out_dir: Path | None = None, doc: Path | None = None,
               long_tail: LongTail | None = LONG_TAIL, repeats: int = 1, target: float | None = None,
               command: str | None = None, examples: Path | None = None) -> tuple[list[ScenarioResult], dict[str, str]]:
@@ -258,6 +276,13 @@ def benchmark(config: str, overrides: list[str], out_dir: Path | None = None, do
                                         repeats))
         blocks = render(config, overrides, command or invocation(sys.argv), target, repeats, results, context,
                         examples)
+        # Beside the document (docs/benchmarks/<scenario>/), else in the kept run directory; a temporary
+        # directory's charts would vanish with it.
+        charts = doc.parent / doc.stem if doc is not None else (out / "charts" if out_dir is not None else None)
+        if charts is not None:
+            for result, block in zip(results, ("modes", "long-tail")):
+                blocks[block] += "\n\n" + curves(result, charts / result.scenario.name,
+                                                  doc.parent if doc is not None else None)
         (out / "report.json").write_text(json.dumps(
             {r.scenario.name: {label: rep.as_dict() for label, rep in r.by_label().items()} for r in results},
             indent=2))
