@@ -337,7 +337,7 @@ class FasyncConfig(Section):
                                 description="Both async modes: staleness bound, weight syncs, queue.")
     correction: CorrectionConfig = Field(default_factory=CorrectionConfig, description="Off-policy correction.")
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="Ray cluster and placement.")
-    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run directory and display.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run directory, display and experiment trackers.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Saving the policy.")
     lint: LintConfig = Field(default_factory=LintConfig, description="Linter settings for this config.")
     simulate: SimulateConfig = Field(default_factory=SimulateConfig,
