@@ -105,7 +105,7 @@ def idle_series(run: Run) -> tuple[list[int], list[float], list[float]]:
 def line_width(index: int, count: int) -> float:
     """Earlier runs are drawn wider and below later ones, so that runs with equal values (staleness is an
     integer, often the same in every run) still show each colour at the edges of the line on top."""
-    return 1.3 + 0.8 * (count - 1 - index)
+    return 1.2 + 0.5 * (count - 1 - index)
 
 
 def _draw_panel(ax, panel: Panel, runs: list[Run], palette: list) -> None:
@@ -178,7 +178,8 @@ def _run_legend(figure, runs: list[Run], palette: list) -> None:
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colour, linewidth=2.5) for colour in palette]
-    labels = [f"{run.label} ({run.mode or 'mode unknown'})" for run in runs]
+    labels = [run.label if run.mode and run.mode in run.label else f"{run.label} ({run.mode or 'mode unknown'})"
+              for run in runs]
     figure.legend(handles, labels, loc="lower center", ncol=_legend_columns(runs), fontsize=9, frameon=False)
 
 
