@@ -202,7 +202,8 @@ def test_an_unknown_backend_is_a_load_problem_at_its_line(tmp_path):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_training_run_logs_every_row_to_every_tracker(ray_session, tmp_path, monkeypatch):
-    """The driver wires the trackers: a short real run, its metrics.jsonl and what each tracker holds agree."""
+    """The driver wires the trackers: a short real run, its metrics.jsonl and what each tracker holds agree;
+    `fasync report` reads the same run."""
     for package in ("tensorboard", "wandb", "mlflow"):
         pytest.importorskip(package)
     from mlflow.tracking import MlflowClient
@@ -236,3 +237,15 @@ def test_a_training_run_logs_every_row_to_every_tracker(ray_session, tmp_path, m
     assert run.info.run_name == "out"
     assert [m.value for m in client.get_metric_history(run.info.run_id, "policy_lag_max")] == \
         [r["policy_lag_max"] for r in written]
+
+    # The same run through `fasync report`: its table agrees with the run's own summary.json.
+    from fasync.report import SUMMARY, load_runs, summary_rows, write_report
+
+    assert write_report([out], tmp_path / "report").is_file()
+    table = dict(zip(SUMMARY, summary_rows(load_runs([out]))[0]))
+    summary = json.loads((out / "summary.json").read_text())
+    assert table["optimizer steps"] == summary["optimizer_steps"] == 3 and table["mode"] == summary["mode"]
+    assert table["final reward"] == summary["final_rollout_reward_mean"]
+    assert table["best reward"] == summary["best_rollout_reward_mean"]
+    assert table["staleness max (versions)"] == summary["staleness_max"] == 0
+    assert table["policy lag max (optimizer steps)"] == summary["policy_lag_max"]
