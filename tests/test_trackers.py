@@ -249,3 +249,23 @@ def test_a_training_run_logs_every_row_to_every_tracker(ray_session, tmp_path, m
     assert table["best reward"] == summary["best_rollout_reward_mean"]
     assert table["staleness max (versions)"] == summary["staleness_max"] == 0
     assert table["policy lag max (optimizer steps)"] == summary["policy_lag_max"]
+
+
+def test_a_tracker_that_cannot_start_is_one_message_with_a_hint(tmp_path, monkeypatch):
+    from fasync.config.schema import LoggingConfig
+
+    pytest.importorskip("tensorboard")
+    closed = []
+    monkeypatch.setattr(trackers.TensorBoardTracker, "end", lambda self: closed.append(self.name))
+
+    def refuse(*args):
+        raise RuntimeError("api_key not configured (no-tty)")
+
+    monkeypatch.setattr(trackers, "WandbTracker", refuse)
+    logging = LoggingConfig(backends=["jsonl", "tensorboard", "wandb"])
+    with pytest.raises(trackers.TrackerError) as raised:
+        trackers.open_trackers(logging, tmp_path, CONFIG)
+    assert str(raised.value) == ("`logging.backends`: the wandb tracker did not start (RuntimeError: api_key not "
+                                 "configured (no-tty)); log in with `wandb login` (or set WANDB_API_KEY), or set "
+                                 "`logging.wandb_mode: offline`")
+    assert closed == ["tensorboard"]  # the one already started is closed again

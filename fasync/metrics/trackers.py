@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from fasync.errors import ConfigurationError
 from fasync.metrics.registry import METRICS
 
 DEFAULT_EXPERIMENT = "fasync"
@@ -202,17 +203,37 @@ class MlflowTracker(Tracker):
         self._client.set_terminated(self.run_id)
 
 
+START_HINTS = {
+    "tensorboard": "check that the run directory is writable",
+    "wandb": "log in with `wandb login` (or set WANDB_API_KEY), or set `logging.wandb_mode: offline`",
+    "mlflow": "check `logging.mlflow_tracking_uri` (or MLFLOW_TRACKING_URI), or leave both unset for a file store "
+              "in the run directory",
+}
+
+
+class TrackerError(ConfigurationError):
+    """A tracker the config asks for did not start; the message names it and says what to change."""
+
+
 def open_trackers(logging, run_dir: Path, config: dict) -> list[Tracker]:
     """The trackers `logging.backends` asks for (a `LoggingConfig`), each started for this run; `config` is
-    the resolved config they record."""
+    the resolved config they record. Raises TrackerError, before any step, for one that cannot start."""
     experiment = logging.experiment or DEFAULT_EXPERIMENT
     run_dir = Path(run_dir)
+    starts = {
+        "tensorboard": lambda: TensorBoardTracker(run_dir),
+        "wandb": lambda: WandbTracker(run_dir, config, experiment, logging.wandb_mode),
+        "mlflow": lambda: MlflowTracker(run_dir, config, experiment, logging.mlflow_tracking_uri),
+    }
     opened: list[Tracker] = []
     for name in dict.fromkeys(logging.backends):
-        if name == "tensorboard":
-            opened.append(TensorBoardTracker(run_dir))
-        elif name == "wandb":
-            opened.append(WandbTracker(run_dir, config, experiment, logging.wandb_mode))
-        elif name == "mlflow":
-            opened.append(MlflowTracker(run_dir, config, experiment, logging.mlflow_tracking_uri))
+        if name not in starts:
+            continue  # jsonl: the writer itself
+        try:
+            opened.append(starts[name]())
+        except Exception as error:  # noqa: BLE001 - whatever the tracker's library raises, said in one line
+            for tracker in opened:
+                tracker.close()
+            raise TrackerError(f"`logging.backends`: the {name} tracker did not start ({type(error).__name__}: "
+                               f"{error}); {START_HINTS[name]}") from error
     return opened
