@@ -54,9 +54,6 @@ class Run:
         return ([row["step"] for row in kept], [row["wall_time"] for row in kept],
                 [float(row[name]) for row in kept])
 
-    def has(self, name: str) -> bool:
-        return any(isinstance(row.get(name), (int, float)) for row in self.rows)
-
 
 def _hint_for_directory(path: Path) -> str:
     # Two levels down: a `fasync bench --out` directory holds scenario/run/metrics.jsonl.
