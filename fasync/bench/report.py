@@ -30,6 +30,7 @@ from fasync.bench.modes import (
     standard_scenario,
     variant_overrides,
 )
+from fasync.report.markdown import fmt, table
 
 GOALS = {"async": 0.85, "fully_async": 0.9}
 """Throughput speedup over sync, as a fraction of the ideal overlap, that each mode aims for."""
@@ -91,23 +92,6 @@ def measured(argv: list[str]) -> str:
     """The provenance sentence a generated block starts with: when, where, which commit, which command."""
     return (f"Measured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, commit {commit()}, with "
             f"`{invocation(argv)}`")
-
-
-def fmt(value, digits: int = 3) -> str:
-    """`digits` decimals (significant ones below 0.01); — for a missing value."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if 0 < abs(value) < 0.01 and digits else f"{value:.{digits}f}"
-    return str(value)
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def write_block(doc: Path, name: str, text: str, writer: str = "`fasync bench`") -> None:

@@ -56,7 +56,7 @@ def plot_runs(run_dirs: list, out_dir, labels: Optional[list[str]] = None) -> di
 
 def render_markdown(runs: list[Run], charts: dict[str, Path], out_dir: Path, title: str,
                     show_paths: bool = True) -> str:
-    from fasync.bench.report import table
+    from fasync.report.markdown import table
     from fasync.report.plots import CHARTS
 
     lines = [f"# {title}", ""]
