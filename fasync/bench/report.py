@@ -210,18 +210,33 @@ def render(config: str, overrides: list[str], command: str, target: float, repea
 
 
 def curves(result: ScenarioResult, directory: Path, links_from: Path | None = None) -> str:
-    """The charts of each variant's first run (`fasync report`) written into `directory`, as markdown that
-    embeds them, with links relative to `links_from` (the document's directory) when given."""
-    from fasync.report import write_report
+    """The charts of each variant's first run that wrote metrics (`fasync report`) written into `directory`, as
+    markdown that embeds them, with links relative to `links_from` (the document's directory) when given."""
+    from fasync.report import ReportError, load_runs, write_report
 
-    labels = [variant.label for variant in result.scenario.variants]
-    report = write_report([result.run_dirs[label][0] for label in labels], directory, labels=labels,
-                          title=f"fasync bench: {result.scenario.name}, the first run of each variant", show_paths=False)
+    def readable(run_dir: Path) -> bool:
+        try:
+            load_runs([run_dir])
+        except ReportError:
+            return False
+        return True
+
+    # A run that failed before its first step has nothing to draw: the variant's next run stands in.
+    chosen = {variant.label: next((d for d in result.run_dirs[variant.label] if readable(d)), None)
+              for variant in result.scenario.variants}
+    shown = {label: run_dir for label, run_dir in chosen.items() if run_dir is not None}
+    missing = [label for label, run_dir in chosen.items() if run_dir is None]
+    note = f" No curves for {', '.join(missing)}: no run of it wrote a metrics row." if missing else ""
+    if not shown:
+        return "No curves: no run wrote a metrics row."
+    report = write_report(list(shown.values()), directory, labels=list(shown),
+                          title=f"fasync bench: {result.scenario.name}, the first run of each variant that wrote metrics",
+                          show_paths=False)
 
     def link(path: Path) -> str:
         return os.path.relpath(path, links_from).replace(os.sep, "/") if links_from is not None else str(path)
 
-    lines = [f"Curves of the first run of each variant ([their report]({link(report)}), `fasync report`):", ""]
+    lines = [f"Curves of the first run of each variant ([their report]({link(report)}), `fasync report`).{note}", ""]
     lines += [f"![{name}]({link(directory / f'{name}.png')})" for name in ("reward", "staleness", "queue",
                                                                          "correction", "time")]
     return "\n".join(lines)
