@@ -133,8 +133,10 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
         _echo(plan.describe())
         return ExitCode.OK
 
+    from fasync.data.rewards import extend_import_path
     from fasync.errors import ConfigurationError
 
+    extend_import_path(Path(config_path).parent)
     try:
         from fasync.drivers.common import build_factory
 
