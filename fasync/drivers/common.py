@@ -17,6 +17,7 @@ from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
+from fasync.metrics.signal import LearningSignal
 from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
 from fasync.staleness import VersionClock
@@ -117,6 +118,7 @@ class Run:
         self.progress = progress
         self.writer = MetricsWriter(run_dir, cfg.mode)
         self.ledger = Ledger()
+        self.signal = LearningSignal()
         self.factory = factory
         self._owns_engines = engines is None
         # Every GPU of the run reserved at once, before any actor starts (fasync/launch/plan.py).
@@ -224,7 +226,10 @@ class Run:
             record["tokens_per_s"] = tokens / elapsed
             record["samples_per_s"] = samples / elapsed
             record["ledger_balanced"] = self.ledger.balanced
+            warnings = self.signal.observe(record)
             self.progress.update(self.writer.write(record))
+            for warning in warnings:
+                self.progress.message(f"warning: {warning}")
             if record.get("skipped"):
                 self.progress.message(f"warning: step {record['step']} took no optimizer step: {record['skip_reason']}")
         every = self.cfg.checkpoint.every

@@ -101,6 +101,7 @@ def summarize(run, started: float, outcome: str) -> dict:
         "policy_lag_max": over("policy_lag_max", history) or 0,
         "ledger": run.ledger.as_dict(),
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
+        "warnings": run.signal.warnings,
     }
     for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
         summary[f"total_{phase}"] = round(over(phase, history), 3)
@@ -118,6 +119,8 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str) -> None:
     if summary["correction"]:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(summary["correction"].items()) if v is not None)
         _echo(f"  correction (last step): {shown}")
+    for warning in summary["warnings"]:
+        _echo(f"  warning: {warning}")
     _echo(f"  samples: {ledger_text}")
     _echo(f"  run directory: {run_dir}")
 
