@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -223,3 +224,16 @@ def test_reward_modules_import_from_the_config_and_working_directories_on_the_wo
                             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["outcome"] == "finished"
+
+
+def test_a_nan_reward_in_an_actor_is_one_message_naming_function_prompt_and_value(tmp_path):
+    # fully_async scores in the rollouter actor; before, a NaN reached statistics.pstdev (AttributeError) or,
+    # without std normalisation, trained a NaN step.
+    (tmp_path / "nan_reward.py").write_text("def nan(completion, label):\n    return float('nan')\n")
+    config = write_config(tmp_path, mode="fully_async", reward={"function": "nan_reward:nan"},
+                          train={"num_rollouts": 2})
+    result = fasync("train", str(config), "--run-dir", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(r"fasync train: the run failed: reward.function: nan_reward:nan returned nan \(float\) for "
+                     r"prompt \d+ \(task reverse \(length 2\)\)", result.stdout), result.stdout
+    assert "Traceback" not in result.stdout + result.stderr and 'File "' not in result.stdout

@@ -1,8 +1,8 @@
 """Tasks, datasets and rewards, including every bad input a config can name."""
 
 import json
-import re
 import random
+import re
 import sys
 
 import pytest
@@ -289,13 +289,13 @@ def test_a_reward_that_is_not_a_finite_number_is_one_clear_error(odd_rewards, fu
         scored(function)
     message = str(info.value)
     assert message.startswith(f"reward.function: {function} returned {shown} for prompt ")
-    assert re.search(r"for prompt (\d+) \(data.task: task reverse \(length 3\), prompt \1\)", message), message
+    assert re.search(r"for prompt \d+ \(task reverse \(length 3\)\), completion '\d+'", message), message
     assert "finite" in message and "\n" not in message
 
 
 def test_a_bad_reward_names_the_dataset_line(odd_rewards, tmp_path):
     path = write(tmp_path, json.dumps({"prompt": "1+1=", "label": "2"}))
-    with pytest.raises(ConfigurationError, match=r"for prompt 0 \(data.path: .*problems.jsonl:1\)"):
+    with pytest.raises(ConfigurationError, match=r"for prompt 0 \(.*problems.jsonl:1\)"):
         scored("odd_rewards:nan", path)
 
 

@@ -40,14 +40,19 @@ class PromptDataset:
         """`n` indices into `problems`, drawn with replacement (the draws `sample` makes)."""
         return rng.choices(range(len(self.problems)), k=n)
 
+    def location(self, index: int) -> str:
+        """Where problem `index` comes from: `file:line`, or the built-in task."""
+        return f"{self.source}:{self.lines[index]}" if self.lines is not None else self.source
+
     def where(self, index: int) -> str:
-        """Where problem `index` comes from, for a message: `data.path: file:line`, or its index in the task's pool."""
+        """The setting and place of problem `index`, to begin a message: `data.path: file:line`, or
+        `data.task: task reverse (length 6), prompt 17`."""
         if self.lines is not None:
-            return f"data.path: {self.source}:{self.lines[index]}"
-        return f"data.task: {self.source}, prompt {index}"
+            return f"data.path: {self.location(index)}"
+        return f"data.task: {self.location(index)}, prompt {index}"
 
 
-def _read_lines(file: Path):
+def read_lines(file: Path):
     """(line number, text) for each line of `file`, refusing an over-long line or one that is not UTF-8."""
     with file.open("rb") as stream:
         number = 0
@@ -75,7 +80,7 @@ def load_jsonl(path: str, prompt_key: str, label_key: str) -> PromptDataset:
         reason = "is a directory" if file.is_dir() else "does not exist"
         raise ConfigurationError(f"data.path: {path} {reason}")
     problems, lines = [], []
-    for number, line in _read_lines(file):
+    for number, line in read_lines(file):
         if not line.strip():
             continue
         where = f"data.path: {path}:{number}"

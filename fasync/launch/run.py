@@ -159,6 +159,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
 
     from fasync.drivers import driver_for
     from fasync.drivers.common import Run
+    from fasync.errors import ConfigurationError
     from fasync.metrics.progress import Progress
 
     started = time.monotonic()
@@ -177,6 +178,9 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
     except KeyboardInterrupt:
         outcome, code = "interrupted", ExitCode.INTERRUPTED
         _echo("fasync train: interrupted, stopping all actors")
+    except ConfigurationError as error:  # bad input met while running (a reward that is not a number), here or in
+        outcome, code = "failed", ExitCode.FAILED  # an actor, whose RayTaskError is one too: print the original
+        _echo(f"fasync train: the run failed: {getattr(error, 'cause', None) or error}")
     except Exception as error:  # noqa: BLE001 - any actor failure ends the run with its message
         outcome, code = "failed", ExitCode.FAILED
         _echo(f"fasync train: the run failed: {type(error).__name__}: {error}")

@@ -105,7 +105,7 @@ class GroupFactory:
             return float(value)
         raise ConfigurationError(
             f"reward.function: {self.reward_name} returned {value!r} ({type(value).__name__}) for prompt "
-            f"{group.prompt_index} ({self.dataset.where(group.prompt_index)}), completion {completion[:40]!r}; every "
+            f"{group.prompt_index} ({self.dataset.location(group.prompt_index)}), completion {completion[:40]!r}; every "
             "reward must be a finite int or float: return float(...) of a number, never NaN, an infinity or text")
 
 
