@@ -65,3 +65,30 @@ def test_a_shard_index_naming_a_missing_file(model_dir):
     with pytest.raises(ConfigurationError, match=r"index.json names 1 shard\(s\) the directory lacks: model-00002"):
         check_weights(str(model_dir))
 
+
+
+def test_a_torch_checkpoint_is_checked_the_same_way(model_dir):
+    import torch
+    from safetensors.torch import load_file
+
+    state = load_file(model_dir / "model.safetensors")
+    (model_dir / "model.safetensors").unlink()
+    weights = model_dir / "pytorch_model.bin"
+    torch.save(state, weights)
+    check_weights(str(model_dir))
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(ConfigurationError, match=rf"model.path: {weights} is truncated or not a torch checkpoint"):
+        check_weights(str(model_dir))
+    state["model.norm.weight"] = torch.ones(7)
+    torch.save(state, weights)
+    with pytest.raises(ConfigurationError, match=r"holds model.norm.weight with shape \[7\], but .* is \[32\]"):
+        check_weights(str(model_dir))
+
+
+def test_a_prompt_longer_than_the_hugging_face_context_is_refused(model_dir, tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"prompt": "1" * 70, "label": "1"}) + "\n")
+    cfg = FasyncConfig.model_validate({"model": {"path": str(model_dir)}, "data": {"path": str(data)}})
+    with pytest.raises(ConfigurationError, match=r"data.jsonl:1: the prompt is 72 tokens, but the model's context "
+                       r"is 64 tokens"):
+        build_factory(cfg)
