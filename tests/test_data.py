@@ -40,9 +40,9 @@ def test_builtin_dataset_is_seeded_and_sampled_with_replacement():
     cfg = DataConfig(task="reverse", length=4, num_prompts=10, seed=7)
     first, second = build_dataset(cfg), build_dataset(cfg)
     assert len(first) == 10 and first.problems == second.problems
-    draw = first.sample(50, random.Random(0))
-    assert len(draw) == 50 and set(draw) <= set(first.problems)
-    assert draw == second.sample(50, random.Random(0))
+    draw = first.sample_indices(50, random.Random(0))
+    assert len(draw) == 50 and set(draw) <= set(range(10))
+    assert draw == second.sample_indices(50, random.Random(0))
     assert build_dataset(cfg.model_copy(update={"seed": 8})).problems != first.problems
 
 

@@ -33,11 +33,8 @@ class PromptDataset:
     def __len__(self) -> int:
         return len(self.problems)
 
-    def sample(self, n: int, rng: random.Random) -> list[Problem]:
-        return [self.problems[index] for index in self.sample_indices(n, rng)]
-
     def sample_indices(self, n: int, rng: random.Random) -> list[int]:
-        """`n` indices into `problems`, drawn with replacement (the draws `sample` makes)."""
+        """`n` indices into `problems`, drawn with replacement."""
         return rng.choices(range(len(self.problems)), k=n)
 
     def location(self, index: int) -> str:

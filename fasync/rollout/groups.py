@@ -22,7 +22,7 @@ class PromptGroup:
     """n_samples_per_prompt completions of the same prompt, filled in by the engines."""
     samples: list[Sample] = field(default_factory=list)
     prompt_index: int = 0
-    """The prompt's index in the dataset (`PromptDataset.where` names its file and line)."""
+    """The prompt's index in the dataset (`PromptDataset.location` names its file and line)."""
 
     @property
     def size(self) -> int:
