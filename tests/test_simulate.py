@@ -228,3 +228,31 @@ def test_cli_bad_input_is_a_message(args, message):
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+class Scripted:
+    """Completion lengths in a given order, one prompt group at a time (a 3-token prompt each)."""
+
+    answers = None
+
+    def __init__(self, lengths: list[int], then: int):
+        self.lengths, self.then = list(lengths), then
+
+    def group(self) -> tuple[int, list[int]]:
+        return 3, [self.lengths.pop(0) if self.lengths else self.then]
+
+
+def test_fully_async_without_partial_rollout_locks_two_versions_behind(tmp_path):
+    # Generation (4 s a call) bounds the run; a bound of 2. Drain 1's call is short (1 s), so the sync after
+    # drain 0 (sent at 6) finds drain 2's call already running under version 0 and loads only after it, at
+    # 9-9.5; the trainer, done with drain 1 at 8, waits for that load before it sends the next sync. The
+    # driver hears of the load's end through a round trip, and by then the engine loop, inside the rollouter,
+    # has started drain 3's call under version 1 (9.5-13.5): the next sync loads after it, and so on. From
+    # drain 2 on every drain trains on groups two versions old, as the real driver does (docs/simulate.md).
+    cfg = config(tmp_path, "mode=fully_async", "async.max_weight_staleness=2", "train.num_rollouts=5")
+    sim = Simulation(cfg, derive(cfg), STEPS_ONLY, Scripted([4, 4, 1, 1], then=4), weight_bytes(cfg, 16))
+    recorder = sim.run()
+    assert recorder.engine_busy[0] == [(0.0, 4.0), (4.0, 5.0), (5.0, 9.0), (9.5, 13.5), (14.0, 18.0), (18.5, 22.5)]
+    assert recorder.trainer_busy == [(4.0, 6.0), (6.0, 8.0), (9.5, 11.5), (14.0, 16.0), (18.5, 20.5)]
+    assert record_times(recorder) == [6.0, 9.5, 14.0, 18.5, 23.0]
+    assert dict(recorder.staleness) == {0: 2, 1: 2, 2: 6}

@@ -11,7 +11,8 @@
   oldest version first; the trainer drains `rollout.batch_size` fresh groups, dropping (or regenerating)
   those `too_stale` at its version, and asks for the next drain at once; a weight sync pauses every
   engine, aborts the calls in flight (partial rollout, whole calls), lets sliced calls finish their
-  slice or, without partial rollout, waits for the calls to end, loads, and resumes.
+  slice or, without partial rollout, waits for the calls to end, loads, and resumes; a trainer that waited
+  for that sync sends its next one after a round trip, when the engines have already resumed.
 """
 
 from __future__ import annotations
@@ -311,8 +312,12 @@ class FullyAsync:
         for other in range(self.sim.engines):
             self.at(self.now, self.engine_ready, other)
         if self.trainer_waits == "sync":
+            # The trainer learns that this sync has ended through a round trip (`update_weights` returns
+            # to the driver, which then sends the next), while the engine loops, inside the rollouter,
+            # resume at once: the engines' next calls start under this version before the next push
+            # arrives. Scheduled after their `engine_ready`, at the same time, it keeps that order.
             self.trainer_waits = None
-            self.issue_sync()
+            self.at(self.now, self.issue_sync)
 
     def begin_sync(self, version: int) -> None:
         """`Rollouter.update_weights`: pause; abort the calls in flight (partial rollout, whole calls) or let
