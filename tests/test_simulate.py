@@ -222,6 +222,9 @@ def test_cli_calibrate(tmp_path):
     (["--sweep", "async.max_weight_stalenes=1,2"], "max_weight_stalenes"),
     (["--calibrate", "/nonexistent/run"], "no config.yaml"),
     (["simulate.lengths=run"], "--calibrate"),
+    (["simulate.learning=run"], "--calibrate"),
+    (["simulate.learning=run", "simulate.lengths=run"], "use data, a list"),
+    (["simulate.learning={steps: 0}"], "simulate.learning"),
 ])
 def test_cli_bad_input_is_a_message(args, message):
     result = runner.invoke(app, ["simulate", str(QUICKSTART), *args])
@@ -238,7 +241,7 @@ class Scripted:
     def __init__(self, lengths: list[int], then: int):
         self.lengths, self.then = list(lengths), then
 
-    def group(self) -> tuple[int, list[int]]:
+    def group(self, policy_steps: int) -> tuple[int, list[int]]:
         return 3, [self.lengths.pop(0) if self.lengths else self.then]
 
 
@@ -256,3 +259,51 @@ def test_fully_async_without_partial_rollout_locks_two_versions_behind(tmp_path)
     assert recorder.trainer_busy == [(4.0, 6.0), (6.0, 8.0), (9.5, 11.5), (14.0, 16.0), (18.5, 20.5)]
     assert record_times(recorder) == [6.0, 9.5, 14.0, 18.5, 23.0]
     assert dict(recorder.staleness) == {0: 2, 1: 2, 2: 6}
+
+
+def learning_config(*overrides: str):
+    return load_config(QUICKSTART, ["rollout.max_new_tokens=24", "simulate.lengths=[3]", *overrides]).config
+
+
+def test_a_learning_phase_runs_early_completions_to_the_limit():
+    # `{steps: 4}`: shares 1, 0.75, 0.5, 0.25 at the limit for weights after 0-3 optimizer steps, none after.
+    lengths = build_lengths(learning_config("simulate.learning={steps: 4}"))
+    assert lengths.full_shares == [1.0, 0.75, 0.5, 0.25, 0.0]
+    assert all(lengths.group(0)[1] == [24] * 8 for _ in range(20))
+    assert all(lengths.group(steps)[1] == [3] * 8 for steps in (4, 100) for _ in range(20))
+    drawn = [length for _ in range(400) for length in lengths.group(2)[1]]
+    assert drawn.count(24) / len(drawn) == pytest.approx(0.5, abs=0.05)
+    # In a sync run (one optimizer step per rollout) the first rollout, from the initial weights, is all at
+    # the limit, and the rollouts from step 4 on are all learned.
+    for rollouts, at_limit in ((1, 256), (12, 256 * (1 + 0.75 + 0.5 + 0.25))):
+        cfg = learning_config("simulate.learning={steps: 4}", f"train.num_rollouts={rollouts}")
+        recorder, _ = run(cfg, Costs())
+        assert sum(recorder.taken.values()) == 256 * rollouts
+        assert recorder.taken[3] == pytest.approx(at_limit, rel=0.1)  # 19-24 tokens
+        assert recorder.taken[3] + recorder.taken[0] == 256 * rollouts
+
+
+def test_the_learning_phase_of_a_run_is_read_from_its_mean_lengths():
+    # Learned lengths average 3 tokens and the limit is 24: a step of mean length 24 had all its completions at
+    # the limit, one of 13.5 half of them, one of 3 (or less) none; past the run's last step its last share holds.
+    lengths = build_lengths(learning_config("simulate.learning=run"), [24.0, 13.5, 3.0, 2.0])
+    assert lengths.full_shares == [1.0, 0.5, 0.0, 0.0]
+    assert lengths.full_share(10) == 0.0
+    assert build_lengths(learning_config("simulate.learning=run"), [24.0, 13.5]).full_share(10) == 0.5
+
+
+def test_slices_drop_answers_that_the_learned_policy_keeps_short_while_it_learns():
+    # Four-token slices under a bound of 1 with slow decode rows drop the long answers (see
+    # `test_short_slices_drop_long_completions_as_stale`) and never the 3-token ones: one slice. A policy still
+    # learning to stop runs some of those to 24 tokens too, in six slices, and loses some of them as well.
+    slow_rows = replace(Costs(), engine_row=Costs().engine_row * 8)
+    short_dropped = []
+    for learning in ("null", "{steps: 30}"):
+        cfg = load_config(QUICKSTART, ["mode=fully_async", "async.max_weight_staleness=1", "async.partial_rollout=true",
+                                       "async.tokens_per_call=4", "rollout.max_new_tokens=24",
+                                       "simulate.lengths=[3, 3, 3, 3, 3, 3, 3, 3, 3, 24]", "simulate.per=prompt",
+                                       f"simulate.learning={learning}", "train.micro_batch_size=32",
+                                       "train.num_rollouts=100"]).config
+        short_dropped.append(simulate(cfg, slow_rows, build_lengths(cfg)).stale_dropped_by_length["1-6"])
+    assert short_dropped[0] == 0.0
+    assert short_dropped[1] > 0.0

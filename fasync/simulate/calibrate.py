@@ -47,7 +47,8 @@ class Calibration:
     measured: list[Phases]
     simulated: list[Phases]
     lengths: list[float]
-    """`response_length_mean` of every step of the runs: `simulate.lengths: run`."""
+    """`response_length_mean` of each optimizer step, in step order (averaged over the runs that reached it):
+    `simulate.lengths: run` and `simulate.learning: run`."""
 
 
 def read_run(run_dir: Path) -> tuple[object, list[dict]]:
@@ -121,7 +122,9 @@ def calibrate(run_dirs: list[Path], start: Optional[Costs] = None) -> Calibratio
         cfg = cfg.model_copy(update={"train": cfg.train.model_copy(
             update={"num_rollouts": max(2, len({r["rollout"] for r in records}))})})
         runs.append((cfg, measured_phases(cfg.mode, records), step_lengths))
-    lengths = [value for _, _, run_lengths in runs for value in run_lengths]
+    by_step = [run_lengths for _, _, run_lengths in runs]
+    lengths = [sum(values) / len(values) for values in
+               ([run[step] for run in by_step if step < len(run)] for step in range(max(map(len, by_step))))]
     simulated = [simulated_phases(cfg, costs, build_lengths(cfg, run_lengths)) for cfg, _, run_lengths in runs]
     measured = [phases for _, phases, _ in runs]
 

@@ -54,10 +54,15 @@ class Simulation:
 
     # -- shared ----------------------------------------------------------------------------------
 
-    def _admit(self, count: int) -> list[Group]:
-        groups = self.work.new_groups(count)
+    def _admit(self, count: int, version: int) -> list[Group]:
+        """`count` new groups for weights at `version` to generate."""
+        groups = self.work.new_groups(count, self.policy_steps(version))
         self.ledger.admit(self.n * len(groups))
         return groups
+
+    def policy_steps(self, version: int) -> int:
+        """Optimizer steps behind the weights of `version`."""
+        return self.recorder.clock.published[version]
 
     def _generate_rollout(self, groups: list[Group], start: float, version: int,
                           engine_free: list[float], slowdown: float) -> float:
@@ -100,7 +105,7 @@ class Simulation:
         now, version = 0.0, 0
         free = [0.0] * self.engines
         for _ in range(self.cfg.train.num_rollouts):
-            groups = self._admit(self.cfg.rollout.batch_size)
+            groups = self._admit(self.cfg.rollout.batch_size, version)
             started, now = now, self._generate_rollout(groups, now, version, free, 1.0)
             self.recorder.generate_s.append(now - started)
             for group in groups:
@@ -146,7 +151,7 @@ class Simulation:
                         engine_free[engine] = max(pushes[applied], engine_free[engine]) + self.sync_cost
                         self.loads[engine] += 1
                     applied += 1
-                groups = self._admit(cfg.rollout.batch_size)
+                groups = self._admit(cfg.rollout.batch_size, applied)
                 training = any(begin < start + 1e-12 < end for begin, end in self.recorder.trainer_busy[-1:])
                 end = self._generate_rollout(groups, start, applied, engine_free, self._slowdown(training))
                 generated[index] = (end, groups)
@@ -251,9 +256,9 @@ class FullyAsync:
             count += 1
         groups = []
         while self.retry and len(groups) < count:
-            groups.append(self.sim.work.again(self.retry.popleft()))
+            groups.append(self.sim.work.again(self.retry.popleft(), self.sim.policy_steps(self.version)))
             self.sim.ledger.admit(self.n)
-        groups += self.sim._admit(count - len(groups))
+        groups += self.sim._admit(count - len(groups), self.version)
         self.admitted += len(groups)
         self.in_flight_groups += len(groups)
         return groups
