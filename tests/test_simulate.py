@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -307,3 +308,52 @@ def test_slices_drop_answers_that_the_learned_policy_keeps_short_while_it_learns
         short_dropped.append(simulate(cfg, slow_rows, build_lengths(cfg)).stale_dropped_by_length["1-6"])
     assert short_dropped[0] == 0.0
     assert short_dropped[1] > 0.0
+
+
+@pytest.mark.ray
+def test_fully_async_without_partial_rollout_staleness_as_the_real_driver(ray_session, tmp_path, monkeypatch):
+    # The real driver and rollouter on the shared Ray session, against the simulation of the same config. Every
+    # generate call sleeps 0.3 s, so generation bounds the run, and the first train call 0.75 s more (a
+    # trainer's warm-up), so that the rollouter runs to the bound at version 0 first: drains 1 and 2 come from
+    # version 0. From then on each drain's call starts under the weights of two syncs back, because the
+    # trainer's next push reaches the rollouter only after its engine has resumed: staleness 0, 1, then 2.
+    import ray
+
+    from fasync.launch import actors
+    from test_drivers import run_mode, tiny_config
+
+    delay, warm_up = 0.3, 0.75
+    cfg = tiny_config(mode="fully_async", train={"num_rollouts": 8},
+                      **{"async": {"max_weight_staleness": 2, "partial_rollout": False}})
+
+    @ray.remote(concurrency_groups={"control": 1})
+    class FixedDelayEngine(actors.EngineActor.__ray_actor_class__):
+        def generate(self, requests, params, token_budget=None):
+            time.sleep(delay)
+            return super().generate(requests, params, token_budget)
+
+    class WarmingTrainer(actors.TrainerActor.__ray_actor_class__):
+        calls = 0
+
+        def train_rollout(self, samples, current_version):
+            self.calls += 1
+            if self.calls == 1:
+                time.sleep(warm_up)
+            return super().train_rollout(samples, current_version)
+
+    monkeypatch.setattr(actors, "TrainerActor", ray.remote(WarmingTrainer))
+    real = run_mode(cfg, tmp_path, [FixedDelayEngine.options(num_cpus=0).remote(cfg)])
+    by_drain = {record["rollout"]: record["staleness_max"] for record in real.writer.history}
+    assert [by_drain[drain] for drain in range(8)] == [0, 1, 2, 2, 2, 2, 2, 2]
+
+    costs = replace(STEPS_ONLY, engine_step=0.0, engine_call=delay, trainer_step=0.01, weight_sync=0.005)
+    sim = Simulation(cfg, derive(cfg), costs, build_lengths(cfg), weight_bytes(cfg, 16))
+    train = sim._train
+
+    def warming(groups, version, start, slowdown):
+        return train(groups, version, start + (warm_up if not sim.recorder.trainer_busy else 0.0), slowdown)
+
+    sim._train = warming
+    simulated = sim.run()
+    per_drain = 16  # rollout.batch_size 4 × n_samples_per_prompt 4
+    assert dict(simulated.staleness) == {0: per_drain, 1: per_drain, 2: 6 * per_drain}
