@@ -171,9 +171,15 @@ def write_run(run_dir: Path, cfg_path: Path, overrides: list[str], costs: Costs)
     recorder, _ = run(cfg, costs)
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(loaded.raw, sort_keys=False))
+    generate_s = recorder.generate_s
+    if cfg.mode == "fully_async":
+        # Engine time in the calls that ended since the previous drain's record, as the rollouter reports it.
+        ends = [0.0] + [time for time, _, _ in recorder.records]
+        generate_s = [sum(end - start for busy in recorder.engine_busy for start, end in busy if low < end <= high)
+                      for low, high in zip(ends, ends[1:])]
     lines = []
     for rollout, ((time, samples, _), generate, (call, steps)) in enumerate(
-            zip(recorder.records, recorder.generate_s, recorder.train_calls)):
+            zip(recorder.records, generate_s, recorder.train_calls)):
         lines.append(json.dumps({"step": rollout, "rollout": rollout, "generate_time_s": generate,
                                  "train_time_s": steps, "train_call_time_s": call, "num_samples": samples,
                                  "weight_sync_time_s": recorder.sync_held_s[rollout] if recorder.sync_held_s else 0,
@@ -193,6 +199,22 @@ def test_calibration_round_trip(tmp_path):
     for name, value in truth.as_dict().items():
         if name != "source":
             assert getattr(fitted, name) == pytest.approx(value, rel=1e-6), name
+
+
+def test_calibration_tells_the_call_cost_from_runs_of_two_shapes(tmp_path):
+    # A sync run makes one call per rollout; a fully_async run with 2-token slices many short ones. Together they
+    # fix a call's own cost, which the sync run alone leaves at its default share of the generation.
+    truth = Costs()
+    truth = replace(truth, engine_call=truth.engine_call * 8,
+                    **{name: getattr(truth, name) * 2 for name in ("engine_prefill_token", "engine_step", "engine_row")})
+    write_run(tmp_path / "sync", QUICKSTART, ["train.num_rollouts=20"], truth)
+    write_run(tmp_path / "sliced", QUICKSTART, ["mode=fully_async", "async.partial_rollout=true",
+                                                "async.tokens_per_call=2", "train.num_rollouts=30"], truth)
+    alone = calibrate([tmp_path / "sync"]).costs
+    assert alone.engine_call < truth.engine_call / 2
+    both = calibrate([tmp_path / "sync", tmp_path / "sliced"]).costs
+    for name in ("engine_call", "engine_prefill_token", "engine_step", "engine_row"):
+        assert getattr(both, name) == pytest.approx(getattr(truth, name), rel=0.1), name
 
 
 def test_cli_text_json_and_sweep(tmp_path):
