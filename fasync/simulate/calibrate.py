@@ -5,7 +5,8 @@ A run directory holds the resolved config (`config.yaml`) and one metrics record
 generation; fully_async: engine time since the previous drain), `train_time_s` (the optimizer steps),
 `train_call_time_s` (the whole train call) and `weight_sync_time_s` (what the sync held the driver).
 
-The run is replayed in simulated time with the current costs, on its own config and mode, and each phase
+The run is replayed in simulated time with the current costs, on its own config and mode (with the share of
+completions at `rollout.max_new_tokens` its mean lengths imply, `simulate.learning: run`), and each phase
 is scaled to match its measured mean per rollout (the first rollout, which includes start-up, left out):
 
 - generation: every engine cost by (measured / simulated generation). Runs whose calls differ in how much
@@ -157,9 +158,12 @@ def calibrate(run_dirs: list[Path], start: Optional[Costs] = None) -> Calibratio
     for run_dir in run_dirs:
         cfg, records = read_run(run_dir)
         step_lengths = [r["response_length_mean"] for r in records if r.get("response_length_mean")]
-        # The replay covers the rollouts the run trained, at the lengths its own config names.
-        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(
-            update={"num_rollouts": max(2, len({r["rollout"] for r in records}))})})
+        # The replay covers the rollouts the run trained, at the lengths its own config names, run to the limit
+        # as often as the run's own mean lengths say (a run still learning to stop generates far more).
+        update = {"train": cfg.train.model_copy(update={"num_rollouts": max(2, len({r["rollout"] for r in records}))})}
+        if step_lengths and cfg.simulate.lengths != "run":
+            update["simulate"] = cfg.simulate.model_copy(update={"learning": "run"})
+        cfg = cfg.model_copy(update=update)
         runs.append((cfg, measured_phases(cfg.mode, records), step_lengths))
     by_step = [run_lengths for _, _, run_lengths in runs]
     lengths = [sum(values) / len(values) for values in
