@@ -164,8 +164,10 @@ def test_pareto_front():
     assert pareto_front([(10, 0.0), (20, 1.0)]) == [True, True]
 
 
-def write_run(run_dir: Path, cfg_path: Path, overrides: list[str], costs: Costs) -> None:
-    """A synthetic run directory: what `fasync train` writes, with phase times from a simulation."""
+def write_run(run_dir: Path, cfg_path: Path, overrides: list[str], costs: Costs,
+              mean_lengths: list[float] | None = None) -> None:
+    """A synthetic run directory: what `fasync train` writes, with phase times from a simulation (and each
+    rollout's mean completion length from `mean_lengths`, else 6)."""
     loaded = load_config(cfg_path, overrides)
     cfg = loaded.config
     recorder, _ = run(cfg, costs)
@@ -183,7 +185,8 @@ def write_run(run_dir: Path, cfg_path: Path, overrides: list[str], costs: Costs)
         lines.append(json.dumps({"step": rollout, "rollout": rollout, "generate_time_s": generate,
                                  "train_time_s": steps, "train_call_time_s": call, "num_samples": samples,
                                  "weight_sync_time_s": recorder.sync_held_s[rollout] if recorder.sync_held_s else 0,
-                                 "response_length_mean": 6.0, "wall_time": time}))
+                                 "response_length_mean": mean_lengths[rollout] if mean_lengths else 6.0,
+                                 "wall_time": time}))
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
 
@@ -215,6 +218,27 @@ def test_calibration_tells_the_call_cost_from_runs_of_two_shapes(tmp_path):
     both = calibrate([tmp_path / "sync", tmp_path / "sliced"]).costs
     for name in ("engine_call", "engine_prefill_token", "engine_step", "engine_row"):
         assert getattr(both, name) == pytest.approx(getattr(truth, name), rel=0.1), name
+
+
+def test_calibration_replays_a_run_still_learning_to_stop_at_its_own_lengths(tmp_path):
+    # The run's policy ran its completions to the 24-token limit at first (a share falling over 10 steps),
+    # which its mean lengths record; the replay generates as much, so the fitted costs are the true ones.
+    truth = Costs()
+    truth = replace(truth, **{name: getattr(truth, name) * 3 for name in
+                              ("engine_call", "engine_prefill_token", "engine_step", "engine_row")},
+                    **{name: getattr(truth, name) * 2 for name in ("trainer_step", "trainer_micro_batch", "trainer_token")})
+    overrides = ["train.num_rollouts=20", "rollout.max_new_tokens=24", "simulate.lengths=[3]",
+                 "simulate.learning={steps: 10}"]
+    shares = [1 - step / 10 for step in range(10)] + [0.0] * 10
+    write_run(tmp_path / "run", QUICKSTART, overrides, truth, [24 * share + 3 * (1 - share) for share in shares])
+    # A real run's config says nothing of how it learned: only its metrics do.
+    written = tmp_path / "run" / "config.yaml"
+    raw = yaml.safe_load(written.read_text())
+    del raw["simulate"]["learning"]
+    written.write_text(yaml.safe_dump(raw, sort_keys=False))
+    fitted = calibrate([tmp_path / "run"]).costs
+    for name in ("engine_call", "engine_step", "engine_row", "trainer_token", "trainer_step"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
 
 
 def test_cli_text_json_and_sweep(tmp_path):

@@ -7,7 +7,8 @@ generation; fully_async: engine time since the previous drain), `train_time_s` (
 
 The run is replayed in simulated time with the current costs, on its own config and mode (with the share of
 completions at `rollout.max_new_tokens` its mean lengths imply, `simulate.learning: run`), and each phase
-is scaled to match its measured mean per rollout (the first rollout, which includes start-up, left out):
+is scaled to match its measured mean per rollout (the first rollout, which includes start-up, left out of
+both):
 
 - generation: every engine cost by (measured / simulated generation). Runs whose calls differ in how much
   work each carries (a sync run makes one call per rollout and engine; a fully_async run with sliced calls
@@ -111,16 +112,18 @@ def simulated_phases(cfg, costs: Costs, lengths) -> Phases:
     simulation = Simulation(cfg, derive(cfg), costs, lengths,
                             weight_bytes(cfg, build_tokenizer(cfg.model, cfg.data).vocab_size))
     recorder = simulation.run()
-    rollouts = len(recorder.records)
+    # As `measured_phases` reads a run: the rollouts after the first.
+    rollouts = len(recorder.records) - 1
     calls = 1.0
     if cfg.mode == "fully_async":
-        generate = sum(end - start for busy in recorder.engine_busy for start, end in busy) / rollouts
-        calls = sum(len(busy) for busy in recorder.engine_busy) / rollouts
+        first = recorder.records[0][0]
+        later = [end - start for busy in recorder.engine_busy for start, end in busy if end > first]
+        generate, calls = sum(later) / rollouts, len(later) / rollouts
     else:
-        generate = sum(recorder.generate_s) / len(recorder.generate_s)
-    held = recorder.sync_held_s
-    return Phases(generate=generate, steps=sum(s for _, s in recorder.train_calls) / rollouts,
-                  call=sum(c for c, _ in recorder.train_calls) / rollouts,
+        generate = sum(recorder.generate_s[1:]) / rollouts
+    held = recorder.sync_held_s[1:]
+    return Phases(generate=generate, steps=sum(s for _, s in recorder.train_calls[1:]) / rollouts,
+                  call=sum(c for c, _ in recorder.train_calls[1:]) / rollouts,
                   sync=sum(held) / len(held) if held else None, rollouts=rollouts, calls=calls)
 
 
