@@ -176,17 +176,17 @@ def write_run(run_dir: Path, cfg_path: Path, overrides: list[str], costs: Costs,
     generate_s = recorder.generate_s
     if cfg.mode == "fully_async":
         # Engine time in the calls that ended since the previous drain's record, as the rollouter reports it.
-        ends = [0.0] + [time for time, _, _ in recorder.records]
+        ends = [0.0] + [at for at, _, _ in recorder.records]
         generate_s = [sum(end - start for busy in recorder.engine_busy for start, end in busy if low < end <= high)
                       for low, high in zip(ends, ends[1:])]
     lines = []
-    for rollout, ((time, samples, _), generate, (call, steps)) in enumerate(
+    for rollout, ((at, samples, _), generate, (call, steps)) in enumerate(
             zip(recorder.records, generate_s, recorder.train_calls)):
         lines.append(json.dumps({"step": rollout, "rollout": rollout, "generate_time_s": generate,
                                  "train_time_s": steps, "train_call_time_s": call, "num_samples": samples,
                                  "weight_sync_time_s": recorder.sync_held_s[rollout] if recorder.sync_held_s else 0,
                                  "response_length_mean": mean_lengths[rollout] if mean_lengths else 6.0,
-                                 "wall_time": time}))
+                                 "wall_time": at}))
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
 
@@ -262,6 +262,16 @@ def test_cli_calibrate(tmp_path):
                                  str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert f"calibrated from {tmp_path / 'run'}" in result.output
+
+
+def test_a_model_that_is_not_on_this_machine_can_be_planned(tmp_path):
+    # A planning config names the cluster's model directory; the simulation needs no weights, and counts the
+    # prompts in characters instead of failing.
+    config = Path(__file__).resolve().parent.parent / "configs" / "simulate" / "7b-8gpu.yaml"
+    result = runner.invoke(app, ["simulate", str(config), f"model.path={tmp_path / 'not-here'}",
+                                 "train.num_rollouts=5"])
+    assert result.exit_code == 0, result.output
+    assert "prompts counted in characters" in result.output
 
 
 @pytest.mark.parametrize("args,message", [
@@ -364,9 +374,9 @@ def test_fully_async_without_partial_rollout_staleness_as_the_real_driver(ray_se
     # version 0. From then on each drain's call starts under the weights of two syncs back, because the
     # trainer's next push reaches the rollouter only after its engine has resumed: staleness 0, 1, then 2.
     import ray
+    from test_drivers import run_mode, tiny_config
 
     from fasync.launch import actors
-    from test_drivers import run_mode, tiny_config
 
     delay, warm_up = 0.3, 0.75
     cfg = tiny_config(mode="fully_async", train={"num_rollouts": 8},

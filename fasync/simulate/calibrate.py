@@ -105,12 +105,12 @@ def measured_phases(mode: str, records: list[dict]) -> Phases:
 
 def simulated_phases(cfg, costs: Costs, lengths) -> Phases:
     from fasync.config.derived import derive
-    from fasync.model import build_tokenizer
     from fasync.simulate.costs import weight_bytes
     from fasync.simulate.drivers import Simulation
+    from fasync.simulate.lengths import planning_tokenizer
 
     simulation = Simulation(cfg, derive(cfg), costs, lengths,
-                            weight_bytes(cfg, build_tokenizer(cfg.model, cfg.data).vocab_size))
+                            weight_bytes(cfg, planning_tokenizer(cfg).vocab_size))
     recorder = simulation.run()
     # As `measured_phases` reads a run: the rollouts after the first.
     rollouts = len(recorder.records) - 1

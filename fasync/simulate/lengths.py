@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from fasync.config.schema import FasyncConfig, LengthTail
@@ -100,6 +101,8 @@ def build_lengths(cfg: FasyncConfig, run_lengths: Optional[list[float]] = None) 
                                  "lengths, measured against the learned lengths; `simulate.lengths: run` takes "
                                  "them from the same run (use data, a list or {median, sigma} with it)")
     lengths = _learned_lengths(cfg, run_lengths)
+    if cfg.model.path is not None and not Path(cfg.model.path).exists():
+        lengths.source += f"; prompts counted in characters ({cfg.model.path} is not on this machine)"
     if learning is None:
         return lengths
     limit = cfg.rollout.max_new_tokens
@@ -118,12 +121,21 @@ def build_lengths(cfg: FasyncConfig, run_lengths: Optional[list[float]] = None) 
     return lengths
 
 
-def _learned_lengths(cfg: FasyncConfig, run_lengths: Optional[list[float]]) -> Lengths:
-    from fasync.data import build_dataset
+def planning_tokenizer(cfg: FasyncConfig):
+    """The engines' tokenizer, or, for a `model.path` that is not on this machine (a run planned for a cluster),
+    the embedded one: prompts are then counted in characters."""
     from fasync.model import build_tokenizer
 
+    if cfg.model.path is not None and not Path(cfg.model.path).exists():
+        return build_tokenizer(cfg.model.model_copy(update={"path": None}), cfg.data)
+    return build_tokenizer(cfg.model, cfg.data)
+
+
+def _learned_lengths(cfg: FasyncConfig, run_lengths: Optional[list[float]]) -> Lengths:
+    from fasync.data import build_dataset
+
     dataset = build_dataset(cfg.data)
-    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    tokenizer = planning_tokenizer(cfg)
     limit = cfg.rollout.max_new_tokens
     prompts = [len(tokenizer.format_prompt(problem.prompt)) for problem in dataset.problems]
     chosen = cfg.simulate.lengths
