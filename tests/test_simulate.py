@@ -369,16 +369,16 @@ def test_slices_drop_answers_that_the_learned_policy_keeps_short_while_it_learns
 @pytest.mark.ray
 def test_fully_async_without_partial_rollout_staleness_as_the_real_driver(ray_session, tmp_path, monkeypatch):
     # The real driver and rollouter on the shared Ray session, against the simulation of the same config. Every
-    # generate call sleeps 0.3 s, so generation bounds the run, and the first train call 0.75 s more (a
-    # trainer's warm-up), so that the rollouter runs to the bound at version 0 first: drains 1 and 2 come from
-    # version 0. From then on each drain's call starts under the weights of two syncs back, because the
+    # generate call sleeps 0.3 s, so generation bounds the run, and the first train call 2 s more (a trainer's
+    # warm-up, with room for a loaded machine), so that the rollouter runs to the bound at version 0 first:
+    # drains 1 and 2 come from version 0. From then on each drain's call starts under the weights of two syncs back, because the
     # trainer's next push reaches the rollouter only after its engine has resumed: staleness 0, 1, then 2.
     import ray
     from test_drivers import run_mode, tiny_config
 
     from fasync.launch import actors
 
-    delay, warm_up = 0.3, 0.75
+    delay, warm_up = 0.3, 2.0
     cfg = tiny_config(mode="fully_async", train={"num_rollouts": 8},
                       **{"async": {"max_weight_staleness": 2, "partial_rollout": False}})
 
