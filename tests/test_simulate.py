@@ -99,6 +99,36 @@ def test_sliced_calls_finish_their_slice_at_a_sync(tmp_path):
     assert all(later[0] >= earlier[1] for earlier, later in zip(calls, calls[1:]))
 
 
+def test_a_weight_sync_costs_its_bytes_over_the_bandwidth(tmp_path):
+    # The embedded model's parameters at 4 bytes: a bandwidth that moves them in 1 s makes each sync 0.5 + 1 s,
+    # so a sync rollout takes 4 + 2 + 1.5 s.
+    cfg = config(tmp_path, "mode=sync")
+    size = weight_bytes(cfg, 16)
+    model = cfg.model
+    assert size == 4 * (model.n_layers * 12 * model.d_model ** 2 + (16 + model.max_seq_len) * model.d_model)
+    cfg = config(tmp_path, "mode=sync", f"simulate.costs.weight_sync_gb_per_s={size / 1e9}")
+    costs = Costs.from_config(cfg.simulate.costs, STEPS_ONLY)
+    assert costs.sync(size) == pytest.approx(1.5)
+    recorder, _ = run(cfg, costs)
+    assert record_times(recorder) == [7.5, 15.0, 22.5, 30.0]
+    # A Hugging Face model's size from its config.json (attention and a gated MLP per layer, untied
+    # embeddings), in its dtype: 2 × (2 × (4 × 64² + 3 × 64 × 128) + 2 × 100 × 64) bytes.
+    directory = tmp_path / "hf"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(
+        {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100}))
+    cfg = load_config(QUICKSTART, [f"model.path={directory}", "model.dtype=bfloat16"]).config
+    assert weight_bytes(cfg, 16) == 2 * (2 * (4 * 64 * 64 + 3 * 64 * 128) + 2 * 100 * 64)
+
+
+def test_lengths_from_a_run_are_drawn_from_its_step_means():
+    cfg = load_config(QUICKSTART, ["simulate.lengths=run", "rollout.max_new_tokens=24"]).config
+    lengths = build_lengths(cfg, [5.6, 2.2, 9.0])
+    assert lengths.values == [6, 2, 9]
+    drawn = {length for _ in range(50) for length in lengths.group(0)[1]}
+    assert drawn == {6, 2, 9}
+
+
 def test_static_batch_counts_finished_rows_and_continuous_does_not():
     # Rows of 2 and 6 tokens from a 3-token prompt: 6 decode steps either way; the static batch computes both
     # rows in all 6 (12 row-steps), continuous batching 2 + 6 = 8; the prefill is 2 × 3 prompt tokens.
