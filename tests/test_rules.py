@@ -25,7 +25,7 @@ from fasync.lint.engine import catalogue, lint, rules
 from fasync.lint.rules import FAMILIES, facts
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
+SHIPPED = sorted((ROOT / "configs").rglob("*.yaml"))  # the simulate examples too
 CODES = sorted(rules())
 
 
