@@ -365,3 +365,17 @@ def test_learning_rate_range_of_a_hugging_face_model_comes_from_its_config(tmp_p
     assert "7.62B parameters" in diagnostic.message and "the range for this model is 1.2e-08 to 0.0012" in \
         diagnostic.message
     assert findings(path, ["train.lr=1e-6"], code="A005") == []
+
+
+@pytest.mark.parametrize("overrides, reported", [
+    (["rollout.temperature=0"], True),
+    (["rollout.temperature=0", "rollout.n_samples_per_prompt=1"], True),  # greedy: nothing explores either way
+    (["rollout.temperature=1e-9"], True),
+    (["rollout.temperature=0.0117"], True),  # 8 × 6 = 48 sampled tokens per prompt: the bound needs 0.0118
+    (["rollout.temperature=0.0119"], False),
+    (["rollout.temperature=0", "train.advantage_estimator=grpo"], False),  # A002's
+])
+def test_greedy_reinforce_baseline_warns_where_no_sample_leaves_the_greedy_path(tmp_path, overrides, reported):
+    path = config_file(tmp_path, "rollout:\n  n_samples_per_prompt: 8\n  max_new_tokens: 6\n"
+                                 "train:\n  advantage_estimator: reinforce_baseline\n")
+    assert bool(findings(path, overrides, code="A006")) == reported

@@ -71,8 +71,9 @@ def clip_low_disabled(cfg, derived):
 
 NEAR_TIE_NATS = 0.1
 """Logit gap of a near tie: two tokens the policy samples 52.5% and 47.5% of the time at temperature 1."""
-IDENTICAL_GROUPS_CHANCE = 0.01
-"""A004 fires when even this generous bound on the chance that a group's completions differ falls below it."""
+DEVIATION_CHANCE = 0.01
+"""A004 and A006 fire when even a generous bound on the chance that sampling leaves the greedy path falls
+below this."""
 
 
 def runner_up_probability(temperature: float, gap: float = NEAR_TIE_NATS) -> float:
@@ -82,6 +83,21 @@ def runner_up_probability(temperature: float, gap: float = NEAR_TIE_NATS) -> flo
         return 0.0
     odds = math.exp(-gap / temperature)  # underflows to 0 for a tiny temperature, which is the answer
     return odds / (1 + odds)
+
+
+def greedy_in_effect(temperature: float, positions: int) -> tuple[float, float] | None:
+    """When `positions` sampled tokens almost surely all follow the most likely token, even if every one of
+    them were a near tie (positions × p(temperature) below `DEVIATION_CHANCE`): p(temperature) and the lowest
+    temperature that escapes the bound. None when sampling can leave the greedy path."""
+    chance = runner_up_probability(temperature)
+    if positions * chance >= DEVIATION_CHANCE:
+        return None
+    wanted = DEVIATION_CHANCE / positions  # solve positions × p(τ) = DEVIATION_CHANCE for τ
+    return chance, NEAR_TIE_NATS / math.log((1 - wanted) / wanted)
+
+
+def _probability(chance: float) -> str:
+    return f"{chance:.2g}" if chance > 0 else "below 1e-300"
 
 
 @rule(
@@ -103,21 +119,51 @@ def near_greedy_grpo(cfg, derived):
     if temperature == 0 or cfg.train.advantage_estimator != "grpo" or n < 2:
         return
     positions = (n - 1) * rollout.max_new_tokens
-    chance = runner_up_probability(temperature)
-    if positions * chance >= IDENTICAL_GROUPS_CHANCE:
+    greedy = greedy_in_effect(temperature, positions)
+    if greedy is None:
         return
-    # The temperature at which the bound reaches IDENTICAL_GROUPS_CHANCE: solve positions × p(τ) = chance for τ.
-    wanted = IDENTICAL_GROUPS_CHANCE / positions
-    lowest = NEAR_TIE_NATS / math.log((1 - wanted) / wanted)
-    shown = f"{chance:.2g}" if chance > 0 else "below 1e-300"
+    chance, lowest = greedy
     yield Finding(
         "rollout.temperature",
         f"at `rollout.temperature` {temperature:g} even a near tie (two tokens 0.1 nat apart) picks the second token "
-        f"with probability {shown}, so over {n - 1} more completions of {rollout.max_new_tokens} tokens a group "
-        f"expects at most {positions * chance:.2g} differing tokens: its {n} completions are almost surely identical "
-        "and every grpo advantage is 0",
+        f"with probability {_probability(chance)}, so over {n - 1} more completions of {rollout.max_new_tokens} "
+        f"tokens a group expects at most {positions * chance:.2g} differing tokens: its {n} completions are almost "
+        "surely identical and every grpo advantage is 0",
         f"sample from the policy: set `rollout.temperature: 1.0` (the distribution the trainer scores); below "
         f"{lowest:.2g} this group size and completion budget leave groups almost surely identical",
+    )
+
+
+@rule(
+    "A006", "greedy-reinforce-baseline", Severity.WARNING,
+    summary="`reinforce_baseline` with greedy or near-greedy sampling: no sample explores.",
+    what="Reports `train.advantage_estimator: reinforce_baseline` with `rollout.temperature` 0, or so low that "
+    "even at every token a near tie (0.1 nat of logit apart) the expected number of sampled tokens off the "
+    "greedy path, n × `rollout.max_new_tokens` × 1 / (1 + e^(0.1 / temperature)), is below 0.01.",
+    why="The batch-mean baseline compares different prompts, so the advantages are not all 0 by construction "
+    "(as they are for grpo, A002/A004). But every completion is the policy's most likely one: the n samples of "
+    "a prompt are copies, and no sample ever tries another answer, so a prompt answered wrongly stays wrong. "
+    "When every greedy answer scores the same (all wrong, as for a fresh model) every advantage is 0 and the "
+    "run learns nothing.",
+)
+def greedy_reinforce_baseline(cfg, derived):
+    rollout = cfg.rollout
+    if cfg.train.advantage_estimator != "reinforce_baseline":
+        return
+    positions = rollout.n_samples_per_prompt * rollout.max_new_tokens
+    greedy = greedy_in_effect(rollout.temperature, positions)
+    if greedy is None:
+        return
+    chance, lowest = greedy
+    how = ("decodes greedily" if rollout.temperature == 0 else
+           f"picks a near tie's second token with probability {_probability(chance)}, so its "
+           f"{positions} sampled tokens per prompt almost surely all follow the greedy path")
+    yield Finding(
+        "rollout.temperature",
+        f"`rollout.temperature` {rollout.temperature:g} {how}: every completion is the policy's most likely one, "
+        "no sample explores another answer, and when all of them score the same every reinforce_baseline "
+        "advantage is 0",
+        f"sample from the policy: set `rollout.temperature: 1.0` (at least {lowest:.2g} for this sampling budget)",
     )
 
 
