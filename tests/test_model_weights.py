@@ -77,8 +77,9 @@ def test_a_torch_checkpoint_is_checked_the_same_way(model_dir):
     torch.save(state, weights)
     check_weights(str(model_dir))
     weights.write_bytes(weights.read_bytes()[:-100])
-    with pytest.raises(ConfigurationError, match=rf"model.path: {weights} is truncated or not a torch checkpoint"):
+    with pytest.raises(ConfigurationError, match=rf"model.path: {weights} is truncated or not a torch checkpoint") as info:
         check_weights(str(model_dir))
+    assert "\n" not in str(info.value)
     state["model.norm.weight"] = torch.ones(7)
     torch.save(state, weights)
     with pytest.raises(ConfigurationError, match=r"holds model.norm.weight with shape \[7\], but .* is \[32\]"):

@@ -51,15 +51,15 @@ def safetensors_shapes(file: Path) -> dict[str, tuple[int, ...]]:
 
 
 def torch_shapes(file: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name → shape from a `torch.save` file, mapped from disk rather than read."""
+    """Tensor name → shape from a `torch.save` file."""
     import torch
 
-    if not zipfile.is_zipfile(file):
-        raise _problem(file, "is truncated or not a torch checkpoint (no zip directory at its end)")
     try:
-        state = torch.load(file, map_location="cpu", mmap=True, weights_only=True)
+        # A zip checkpoint (torch ≥ 1.6) is mapped; the legacy format can only be read whole.
+        state = torch.load(file, map_location="cpu", mmap=zipfile.is_zipfile(file), weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure to read the file is the file's problem
-        raise _problem(file, f"cannot be read ({type(exc).__name__}: {exc})") from None
+        reason = (str(exc).splitlines() or [""])[0]  # torch's explanations run to many lines
+        raise _problem(file, f"is truncated or not a torch checkpoint ({type(exc).__name__}: {reason})") from None
     return {name: tuple(tensor.shape) for name, tensor in state.items() if hasattr(tensor, "shape")}
 
 
