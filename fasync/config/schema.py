@@ -15,7 +15,9 @@ Mode = Literal["sync", "async", "fully_async"]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+    # allow_inf_nan=False: `.inf` and `.nan` are valid YAML floats, but no setting means anything at either
+    # (an infinite learning rate or a NaN target reward passes every range check and ruins the run).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, allow_inf_nan=False)
 
 
 class ModelConfig(Section):
