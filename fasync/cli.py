@@ -208,6 +208,27 @@ def bench(
 
 
 @app.command()
+def report(
+    run_dirs: Annotated[list[str], typer.Argument(metavar="RUN_DIR...", help="Run directories written by "
+                                                  "`fasync train`; several are overlaid.")],
+    out: Annotated[str | None, typer.Option("-o", "--out", help="Where the PNGs and report.md go (default: "
+                                            "RUN_DIR/report for one run, ./report for several).")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="The legend name of each run, in order "
+                                                    "(repeatable; default: the directory names).")] = None,
+) -> None:
+    """Chart one or several runs (reward, staleness and lag, queue and idle time, the is/ diagnostics, the time
+    split) and write report.md with a summary table. Exit 0: written, 2: bad input."""
+    from fasync.report import ReportError, write_report
+
+    target = Path(out) if out else (Path(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("report"))
+    try:
+        written = write_report(run_dirs, target, labels=label or None)
+    except ReportError as error:
+        _fail(f"fasync report: {error}")
+    typer.echo(f"fasync report: wrote {written} and its charts")
+
+
+@app.command()
 def simulate(
     targets: Annotated[list[str], typer.Argument(metavar="FILE [KEY=VALUE...]",
                                                  help="The config file, then overrides applied to every variant.")],

@@ -14,6 +14,7 @@ in a subprocess, so a broken install is a finding, not a crash.
 | E004 | error | the model's context is shorter than the longest prompt + `rollout.max_new_tokens` |
 | E005 | error | `data.path` is missing, or a line is not UTF-8, longer than 4 MiB, or lacks the prompt or label key |
 | E006 | info  | no running cluster to compare: fasync will start a local one |
+| E007 | error | a tracker in `logging.backends` whose package is not installed (every check, not only --preflight) |
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from fasync.errors import ConfigurationError
 from fasync.memory import DATASET_PROMPT_TOKENS
 
 SEVERITIES = {"E001": Severity.ERROR, "E002": Severity.ERROR, "E003": Severity.ERROR, "E004": Severity.ERROR,
-              "E005": Severity.ERROR, "E006": Severity.INFO}
+              "E005": Severity.ERROR, "E006": Severity.INFO, "E007": Severity.ERROR}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 IMPORT_PAIR = "import torch, vllm; print(torch.__version__, vllm.__version__)"
 
@@ -158,6 +159,20 @@ def _dataset(result: LoadResult) -> list[Diagnostic]:
     except ConfigurationError as error:  # a line too long, or not UTF-8
         return [_finding(result, "E005", "data.path", str(error).removeprefix("data.path: "))]
     return []
+
+
+def missing_trackers(result: LoadResult) -> list[Diagnostic]:
+    """E007 for each tracker `logging.backends` asks for whose package is not installed. It costs a package
+    lookup (nothing is imported), so `fasync check` and `fasync train` run it on every config: a run must not
+    start only to fail at its first metrics row."""
+    from fasync.metrics.trackers import BACKENDS, missing
+
+    if result.config is None:
+        return []
+    return [_finding(result, "E007", "logging.backends", f"`logging.backends` asks for {name}, but the "
+                     f"`{BACKENDS[name].module}` package is not installed here",
+                     f"{BACKENDS[name].install}, or remove {name} from `logging.backends`")
+            for name in missing(result.config.logging.backends)]
 
 
 def preflight(result: LoadResult) -> list[Diagnostic]:

@@ -253,6 +253,23 @@ class LoggingConfig(Section):
         "auto", description="Live display: rich on a terminal, plain lines otherwise."
     )
     log_every: int = Field(1, ge=1, description="Print a progress line every this many optimizer steps.")
+    backends: list[Literal["jsonl", "tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=lambda: ["jsonl"],
+        description="Where each metrics row goes: `jsonl` (metrics.jsonl, always written, listed or not), "
+        "`tensorboard` (<run_dir>/tensorboard), `wandb`, `mlflow`. Each tracker needs its extra, e.g. "
+        "`pip install 'fasync[tensorboard]'` (docs/training.md).",
+    )
+    experiment: Optional[str] = Field(
+        None, description="The W&B project and the MLflow experiment the run is logged under. Null: `fasync`."
+    )
+    wandb_mode: Optional[Literal["online", "offline"]] = Field(
+        None, description="W&B's mode; offline writes under <run_dir>/wandb for `wandb sync` later. Null: W&B's own "
+        "default (the WANDB_MODE variable, else online)."
+    )
+    mlflow_tracking_uri: Optional[str] = Field(
+        None, description="Where MLflow logs. Null: the MLFLOW_TRACKING_URI variable, else a file store in "
+        "<run_dir>/mlruns."
+    )
 
 
 class CheckpointConfig(Section):
@@ -335,7 +352,7 @@ class FasyncConfig(Section):
                                 description="Both async modes: staleness bound, weight syncs, queue.")
     correction: CorrectionConfig = Field(default_factory=CorrectionConfig, description="Off-policy correction.")
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="Ray cluster and placement.")
-    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run directory and display.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run directory, display and experiment trackers.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Saving the policy.")
     lint: LintConfig = Field(default_factory=LintConfig, description="Linter settings for this config.")
     simulate: SimulateConfig = Field(default_factory=SimulateConfig,

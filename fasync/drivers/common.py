@@ -18,6 +18,7 @@ from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
 from fasync.metrics.signal import LearningSignal
+from fasync.metrics.trackers import open_trackers
 from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
 from fasync.staleness import VersionClock
@@ -116,7 +117,8 @@ class Run:
         self.plan = plan
         self.run_dir = run_dir
         self.progress = progress
-        self.writer = MetricsWriter(run_dir, cfg.mode)
+        self.writer = MetricsWriter(run_dir, cfg.mode, open_trackers(
+            cfg.logging, run_dir, cfg.model_dump(mode="json", by_alias=True)))
         self.ledger = Ledger()
         self.signal = LearningSignal()
         self.factory = factory
