@@ -126,7 +126,10 @@ METRICS: dict[str, Metric] = _metrics(
     Metric("advantage_abs_mean", "1", "mean absolute advantage of the step's samples"),
     Metric("response_length_mean", "tokens", "mean completion length of the step's samples", over="mean"),
     Metric("skipped", "bool", "the step took no optimizer step"),
-    Metric("skip_reason", "text", "why (null unless skipped): every token rejected by correction"),
+    Metric("skip_reason", "text", "why (null unless skipped): every token rejected by correction, or a NaN or "
+           "inf loss or gradient"),
+    Metric("nonfinite_skipped", "1", "1 when the step was skipped for a NaN or inf loss or gradient, else 0; "
+           "`train.max_bad_steps` such steps in a row fail the run", over="sum"),
     *(Metric(f"is/{name}", unit, meaning + " ([correction.md](correction.md))", over="last")
       for name, unit, meaning in _CORRECTION),
     # Freshness.
