@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 from fasync.rollout.types import FinishReason, Generation, SamplingParams
 
 PROBED_PARAMETERS = 3
-PROBED_ELEMENTS = 32
-"""A weight checksum covers the first and last `PROBED_ELEMENTS` values of `PROBED_PARAMETERS` parameters:
-enough to tell a load that did not happen (or loaded something else) from one that did, at no cost."""
+PROBED_ELEMENTS = 64
+"""A weight checksum covers `PROBED_ELEMENTS` values spread evenly over each of `PROBED_PARAMETERS`
+parameters: enough to tell a load that did not happen (or loaded something else) from one that did, at no
+cost. Spread, not the ends: an embedding's first and last rows (special tokens) may never get a gradient."""
 
 
 def probed_names(names: Iterable[str]) -> list[str]:
@@ -32,16 +33,17 @@ def probed_names(names: Iterable[str]) -> list[str]:
 
 
 def weights_checksum(tensors: dict) -> str:
-    """A checksum of a few slices of `tensors` (name → tensor, as `probed_names` chose them): the slices'
-    values as float32 bytes, so that equal values in the same dtype give equal checksums on any device."""
+    """A checksum of `tensors` (name → tensor, as `probed_names` chose them): of each, the `PROBED_ELEMENTS`
+    values at evenly spaced positions of the flattened tensor (`torch.linspace(0, numel − 1, n)`, rounded
+    down), as float32 bytes, so that equal values in the same dtype give equal checksums on any device."""
     import torch
 
     digest = hashlib.sha256()
     for name in sorted(tensors):
         flat = tensors[name].detach().reshape(-1)
-        ends = torch.cat([flat[:PROBED_ELEMENTS], flat[-PROBED_ELEMENTS:]]).to("cpu", torch.float32)
+        positions = torch.linspace(0, flat.numel() - 1, PROBED_ELEMENTS, dtype=torch.float64).long()
         digest.update(name.encode())
-        digest.update(ends.numpy().tobytes())
+        digest.update(flat[positions.to(flat.device)].to("cpu", torch.float32).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
