@@ -150,5 +150,9 @@ class FullyAsyncDriver:
                 ray.get(self.rollouter.stop.remote(), timeout=10)
                 self.run.ledger = ray.get(self.running, timeout=10)
             except Exception:  # noqa: BLE001 - shutting down after a failure must not mask it
-                pass
+                # An engine loop failed: the ledger as the rollouter holds it, with what that engine had in flight.
+                try:
+                    self.run.ledger = ray.get(self.rollouter.state.remote(), timeout=5).ledger
+                except Exception:  # noqa: BLE001 - the rollouter itself is gone: the last drain's copy stays
+                    pass
         ray.kill(self.rollouter)

@@ -39,6 +39,9 @@ class TooManyBadSteps(RunFault):
     pass
 
 
+ACTOR_DIED = "its actor died (killed, out of memory, or crashed: the Ray logs under /tmp/ray/session_latest/logs say which)"
+
+
 def first_line(text: str) -> str:
     return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
 
@@ -46,10 +49,14 @@ def first_line(text: str) -> str:
 def describe_failure(error: BaseException) -> str:
     """One line for an error that ended the run: a `RunFault`'s own message, the remote error inside
     Ray's wrapper, or the error's type and first line."""
+    from ray.exceptions import RayActorError
+
     while getattr(error, "cause", None) is not None and error.cause is not error:
         error = error.cause  # RayTaskError wraps what the actor raised
     if isinstance(error, RunFault):
         return str(error)
+    if isinstance(error, RayActorError):
+        return ACTOR_DIED
     return f"{type(error).__name__}: {first_line(error)}"
 
 
@@ -151,9 +158,8 @@ def _fetch(ref, label: str):
 
     try:
         return ray.get(ref)
-    except RayActorError as error:
-        raise ActorFailed(f"{label} failed: the actor died ({first_line(getattr(error, 'error_msg', '') or error)})") \
-            from None
+    except RayActorError:
+        raise ActorFailed(f"{label} failed: {ACTOR_DIED}") from None
     except RayTaskError as error:
         cause = getattr(error, "cause", None)
         if isinstance(cause, RunFault):

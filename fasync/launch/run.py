@@ -107,7 +107,9 @@ def summarize(run, started: float, outcome: str, stop_reason: str, mode: str) ->
 
 def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> None:
     _echo("")
-    _echo(f"fasync train: {summary['outcome']} ({summary['stop_reason']}) in {summary['wall_time_s']} s")
+    outcome, reason = summary["outcome"], summary["stop_reason"]
+    headline = reason if reason.startswith(outcome) else f"{outcome} ({reason})"
+    _echo(f"fasync train: {headline} in {summary['wall_time_s']} s")
     _echo(f"  optimizer steps {summary['optimizer_steps']}, weight version {summary['weight_version']}, "
           f"final rollout reward {summary['final_rollout_reward_mean']}")
     _echo(f"  staleness max {summary['staleness_max']}, policy lag max {summary['policy_lag_max']}")
