@@ -196,3 +196,39 @@ def test_the_weight_checksum_tells_other_weights_apart_and_ignores_the_rest():
     same["layers.3.weight"][-1, -1] += 1e-3  # the last element is always among those checked
     assert weights_checksum(probed) != weights_checksum(same)
     assert weights_checksum(probed) == weights_checksum({**probed, "layers.0.weight": probed["layers.0.weight"].double()})
+
+
+# -- the stop path's signals -------------------------------------------------------------------------
+
+
+def test_a_signal_during_the_stop_skips_the_graceful_steps_and_nothing_else():
+    import os
+    import signal
+
+    from fasync.launch.signals import Stop, StopSignals
+
+    messages: list[str] = []
+    signals = StopSignals(messages.append)
+    signals.install()
+    try:
+        with pytest.raises(Stop) as stopped:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        assert stopped.value.signum == signal.SIGTERM and signals.first == signal.SIGTERM
+        signals.begin_stop()
+        ran = []
+        assert signals.graceful("the checkpoint", lambda: ran.append("checkpoint"))
+
+        def interrupted():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+            ran.append("not reached")
+
+        assert not signals.graceful("ending the actors", interrupted)
+        assert not signals.graceful("anything after", lambda: ran.append("after"))
+        os.kill(os.getpid(), signal.SIGINT)  # outside a graceful step: recorded, nothing raised
+        assert ran == ["checkpoint"] and signals.received == [signal.SIGTERM, signal.SIGINT, signal.SIGINT]
+        assert "fasync train: skipped ending the actors" in messages and any("skipping the rest" in m for m in messages)
+    finally:
+        signals.restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
