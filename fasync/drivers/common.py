@@ -121,6 +121,8 @@ class Run:
         self.placement = Placement(plan)
         self.engines = engines if engines is not None else start_engines(cfg, plan, self.placement)
         self.trainer = TrainerGroup(cfg, plan, self.placement, wait=self.watchdog.get)
+        self.watchdog.name_actors(self.engines, [f"engine {index}" for index in range(len(self.engines))])
+        self.watchdog.name_actors(self.trainer.ranks, [f"trainer rank {rank}" for rank in range(len(self.trainer.ranks))])
         self.version = 0
         self.clock = VersionClock()
         self.step = 0

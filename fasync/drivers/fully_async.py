@@ -33,6 +33,7 @@ class FullyAsyncDriver:
         self.run = run
         self.interval = run.cfg.async_.update_weights_interval
         self.rollouter = RolloutActor.remote(run.cfg, run.engines, run.factory)
+        run.watchdog.name_actors([self.rollouter], ["the rollouter"])
         self.running = self.rollouter.run.remote()
         self.prefetched = None
         """The next drain's `take`, asked for as soon as this drain's groups are in."""
@@ -132,7 +133,8 @@ class FullyAsyncDriver:
             try:
                 ray.get(self.running)  # raises the rollouter's error, if it had one
             except Exception as error:  # noqa: BLE001 - re-raised with the rollouter named
-                raise ActorFailed(f"the rollouter failed: {describe_failure(error)}") from None
+                raise ActorFailed(f"the rollouter failed: {describe_failure(error, self.run.watchdog.actors)}") \
+                    from None
             raise RolloutStopped("the rollouter stopped before the run was finished")
         try:
             return ray.get(ref)

@@ -39,16 +39,23 @@ class TooManyBadSteps(RunFault):
     pass
 
 
-ACTOR_DIED = "its actor died (killed, out of memory, or crashed: the Ray logs under /tmp/ray/session_latest/logs say which)"
+ACTOR_DIED = "died (killed, out of memory, or crashed: the Ray logs under /tmp/ray/session_latest/logs say which)"
 
 
 def first_line(text: str) -> str:
     return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
 
 
-def describe_failure(error: BaseException) -> str:
-    """One line for an error that ended the run: a `RunFault`'s own message, the remote error inside
-    Ray's wrapper, or the error's type and first line."""
+def actor_id(handle) -> str | None:
+    """The id Ray's errors name an actor by (`RayActorError.actor_id`); None for what is not an actor."""
+    ident = getattr(handle, "_actor_id", None)
+    return ident.hex() if ident is not None else None
+
+
+def describe_failure(error: BaseException, actors: dict[str, str] | None = None) -> str:
+    """One line for an error that ended the run: a `RunFault`'s own message, the actor that died (by its
+    name in `actors`, actor id → name, when known), the remote error inside Ray's wrapper, or the error's
+    type and first line."""
     from ray.exceptions import RayActorError
 
     while getattr(error, "cause", None) is not None and error.cause is not error:
@@ -56,7 +63,7 @@ def describe_failure(error: BaseException) -> str:
     if isinstance(error, RunFault):
         return str(error)
     if isinstance(error, RayActorError):
-        return ACTOR_DIED
+        return f"{(actors or {}).get(error.actor_id, 'an actor')} {ACTOR_DIED}"
     return f"{type(error).__name__}: {first_line(error)}"
 
 
@@ -68,6 +75,12 @@ class Watchdog:
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._cancelled = False
+        self.actors: dict[str, str] = {}
+        """Actor id → name ("engine 1"), so that a failure names the actor that died, which need not be the
+        one called (a weight load fails when the trainer that made the weights died)."""
+
+    def name_actors(self, handles: Sequence, names: Sequence[str]) -> None:
+        self.actors.update({actor_id(handle): name for handle, name in zip(handles, names)})
 
     def arm(self) -> None:
         """Start the clock: from now on, an optimizer step is due every `timeout_s` (start-up is not timed)."""
@@ -135,10 +148,22 @@ class Watchdog:
                 for ref in ready:
                     label = pending.pop(ref)
                     outstanding.remove(label)
-                    results[ref] = _fetch(ref, label)
+                    results[ref] = self._fetch(ref, label)
                 if not ready:
                     self.check()
         return [results[ref] for ref in refs]
+
+    def _fetch(self, ref, label: str):
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        try:
+            return ray.get(ref)
+        except (RayActorError, RayTaskError) as error:
+            cause = getattr(error, "cause", None)
+            if isinstance(cause, RunFault):
+                raise cause from None
+            raise ActorFailed(f"{label} failed: {describe_failure(error, self.actors)}") from None
 
     def result(self, future, label: str):
         """A `concurrent.futures.Future`'s result, watched like `get`."""
@@ -150,18 +175,3 @@ class Watchdog:
                     return future.result(timeout=POLL_S)
                 except FutureTimeout:
                     self.check()
-
-
-def _fetch(ref, label: str):
-    import ray
-    from ray.exceptions import RayActorError, RayTaskError
-
-    try:
-        return ray.get(ref)
-    except RayActorError:
-        raise ActorFailed(f"{label} failed: {ACTOR_DIED}") from None
-    except RayTaskError as error:
-        cause = getattr(error, "cause", None)
-        if isinstance(cause, RunFault):
-            raise cause from None
-        raise ActorFailed(f"{label} failed: {describe_failure(error)}") from None

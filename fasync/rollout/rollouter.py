@@ -110,13 +110,14 @@ class Rollouter:
 
     async def _awaiting(self, label: str, call):
         """Await an engine's call, marked in `waiting_on`; an engine that dies or raises fails with its name."""
-        from fasync.launch.faults import ActorFailed, describe_failure
+        from fasync.launch.faults import ActorFailed, actor_id, describe_failure
 
         self._outstanding[label] = time.monotonic()
         try:
             return await call
         except Exception as error:  # noqa: BLE001 - re-raised with the engine named
-            raise ActorFailed(f"{label} failed: {describe_failure(error)}") from None
+            engines = {actor_id(engine): f"engine {index}" for index, engine in enumerate(self.engines)}
+            raise ActorFailed(f"{label} failed: {describe_failure(error, engines)}") from None
         finally:
             del self._outstanding[label]
 
