@@ -142,16 +142,22 @@ def train_with(cfg: FasyncConfig, tmp_path, faults: list[str | None]) -> tuple[i
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("mode", ["sync", "fully_async"])
-def test_a_hung_engine_trips_the_watchdog_naming_the_engine(ray_session, tmp_path, mode):
-    cfg = tiny_config(mode=mode, resources={"num_rollout_engines": 2}, train={"stall_timeout_s": 4})
-    code, summary, _ = train_with(cfg, tmp_path, [None, "hang"])
+@pytest.mark.parametrize("mode, faults, expected", [
+    # sync: every rollout waits for both engines, and only engine 1's call is left.
+    ("sync", [None, "hang"], "waiting for engine 1's generate call"),
+    # fully_async goes on while another engine still generates; with its only engine hung it stalls, and the
+    # rollouter, asked what it waits for, names the engine.
+    ("fully_async", ["hang"], "the rollouter waits for engine 0's generate call"),
+])
+def test_a_hung_engine_trips_the_watchdog_naming_the_engine(ray_session, tmp_path, mode, faults, expected):
+    cfg = tiny_config(mode=mode, resources={"num_rollout_engines": len(faults)}, train={"stall_timeout_s": 5})
+    code, summary, _ = train_with(cfg, tmp_path, faults)
     assert code == 1 and summary["outcome"] == "failed"
     reason = summary["stop_reason"]
-    assert reason.startswith("failed: stalled: no optimizer step for") and "train.stall_timeout_s: 4" in reason
-    assert "engine 1's generate call" in reason and "engine 0" not in reason, reason
-    if mode == "fully_async":
-        assert "the rollouter waits for engine 1's generate call" in reason
+    assert reason.startswith("failed: stalled: no optimizer step for") and "train.stall_timeout_s: 5" in reason
+    assert expected in reason, reason
+    if mode == "sync":
+        assert "engine 0" not in reason, reason
 
 
 @pytest.mark.ray

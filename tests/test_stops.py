@@ -59,7 +59,7 @@ class Train:
         self.log = (tmp_path / "stdout.txt").open("w+")
         self.process = subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", str(config), "--run-dir",
                                          str(self.out)], cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
-                                        text=True, env={**os.environ, **(env or {})})
+                                        text=True, env={**os.environ, **(env or {})}, start_new_session=True)
         self.seen: dict[int, int] = {}
 
     @property
@@ -106,18 +106,22 @@ class Train:
         return [name for pid in alive if (name := command(pid))]
 
 
-@pytest.mark.parametrize("signals, code, outcome", [
-    ([signal.SIGTERM], 143, "terminated"),
-    ([signal.SIGINT, signal.SIGINT], 130, "interrupted"),  # 0.3 s apart
+@pytest.mark.parametrize("signals, group, code, outcome", [
+    ([signal.SIGTERM], False, 143, "terminated"),
+    ([signal.SIGTERM], True, 143, "terminated"),  # to the process group, as schedulers do: 134 before
+    ([signal.SIGINT, signal.SIGINT], False, 130, "interrupted"),  # 0.3 s apart
 ])
-def test_a_stop_signal_stops_cleanly_with_its_exit_code_and_leaves_nothing_running(tmp_path, signals, code,
+def test_a_stop_signal_stops_cleanly_with_its_exit_code_and_leaves_nothing_running(tmp_path, signals, group, code,
                                                                                      outcome):
     run = Train(tmp_path)
     run.training()
     for index, signum in enumerate(signals):
         if index:
             time.sleep(0.3)
-        run.process.send_signal(signum)
+        if group:
+            os.killpg(run.process.pid, signum)
+        else:
+            run.process.send_signal(signum)
     exit_code, output, summary = run.finish()
     assert exit_code == code, output
     assert "Traceback" not in output
