@@ -259,18 +259,21 @@ class Run:
         samples = sum(r.get("num_samples", 0) for r in records)
         elapsed = max(now - self._last_record_time, 1e-9)
         self._last_record_time = now
+        too_many = None
         for record in records:
             self.count_bad_step(record)
+            if self.bad_steps >= self.cfg.train.max_bad_steps:
+                too_many = (self.bad_steps, record["step"])
             record["tokens_per_s"] = tokens / elapsed
             record["samples_per_s"] = samples / elapsed
             record["ledger_balanced"] = self.ledger.balanced
             self.progress.update(self.writer.write(record))
             if record.get("skipped"):
                 self.progress.message(f"warning: step {record['step']} took no optimizer step: {record['skip_reason']}")
-        if self.bad_steps >= self.cfg.train.max_bad_steps:
+        if too_many is not None:
             raise TooManyBadSteps(
-                f"{self.bad_steps} optimizer steps in a row had a NaN or inf loss or gradient and were skipped (the "
-                f"last at step {records[-1]['step']}; train.max_bad_steps: {self.cfg.train.max_bad_steps}): the "
+                f"{too_many[0]} optimizer steps in a row had a NaN or inf loss or gradient and were skipped (the "
+                f"last at step {too_many[1]}; train.max_bad_steps: {self.cfg.train.max_bad_steps}): the "
                 "run stops without saving these weights")
         self.watchdog.progressed()
         every = self.cfg.checkpoint.every
