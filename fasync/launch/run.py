@@ -99,6 +99,7 @@ def summarize(run, started: float, outcome: str, stop_reason: str, mode: str) ->
         "nonfinite_steps_skipped": int(over("nonfinite_skipped", history) or 0),
         "ledger": run.ledger.as_dict() if run is not None else None,
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
+        "warnings": run.signal.warnings if run is not None else [],
     }
     for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
         summary[f"total_{phase}"] = round(over(phase, history), 3)
@@ -118,6 +119,8 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> Non
     if summary["correction"]:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(summary["correction"].items()) if v is not None)
         _echo(f"  correction (last step): {shown}")
+    for warning in summary["warnings"]:
+        _echo(f"  warning: {warning}")
     if ledger_text is not None:
         _echo(f"  samples: {ledger_text}")
     _echo(f"  run directory: {run_dir}")
@@ -134,8 +137,10 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
         _echo(plan.describe())
         return ExitCode.OK
 
+    from fasync.data.rewards import extend_import_path
     from fasync.errors import ConfigurationError
 
+    extend_import_path(Path(config_path).parent)
     try:
         from fasync.drivers.common import build_factory
 
@@ -158,6 +163,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
 
     from fasync.drivers import driver_for
     from fasync.drivers.common import Run
+    from fasync.errors import ConfigurationError
     from fasync.launch import reaper
     from fasync.launch.faults import describe_failure
     from fasync.launch.signals import OUTCOMES, Stop, StopSignals
@@ -195,6 +201,10 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
             outcome, code, reason = OUTCOMES[signum]
             reason += " while Ray was starting" if run is None else f" at optimizer step {run.step}"
             _echo(f"fasync train: {reason}; stopping ({signal.Signals(signum).name} again skips the clean stop)")
+    except ConfigurationError as error:  # bad input met while running (a reward that is not a number), here or in
+        outcome, code = "failed", ExitCode.FAILED  # an actor, whose RayTaskError is one too: print the original
+        reason = f"failed: {getattr(error, 'cause', None) or error}"
+        _echo(f"fasync train: the run {reason}")
     except Exception as error:  # noqa: BLE001 - any failure ends the run with its message
         outcome, code, reason = "failed", ExitCode.FAILED, f"failed: {describe_failure(error)}"
         _echo(f"fasync train: the run {reason}")
