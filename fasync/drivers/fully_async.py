@@ -16,6 +16,7 @@ import ray
 
 from fasync import staleness as versions
 from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
+from fasync.errors import ConfigurationError
 from fasync.launch.actors import RolloutActor
 from fasync.launch.faults import POLL_S, ActorFailed, describe_failure
 from fasync.launch.wire import unpack
@@ -132,6 +133,8 @@ class FullyAsyncDriver:
         if ready[0] == self.running and ref != self.running:
             try:
                 ray.get(self.running)  # raises the rollouter's error, if it had one
+            except ConfigurationError:
+                raise  # bad input (a reward that is not a number): its own message says it all
             except Exception as error:  # noqa: BLE001 - re-raised with the rollouter named
                 raise ActorFailed(f"the rollouter failed: {describe_failure(error, self.run.watchdog.actors)}") \
                     from None

@@ -157,8 +157,12 @@ class Watchdog:
         import ray
         from ray.exceptions import RayActorError, RayTaskError
 
+        from fasync.errors import ConfigurationError
+
         try:
             return ray.get(ref)
+        except ConfigurationError:
+            raise  # bad input met in an actor: its own one-line message, printed as is by the stop path
         except (RayActorError, RayTaskError) as error:
             cause = getattr(error, "cause", None)
             if isinstance(cause, RunFault):
