@@ -16,3 +16,6 @@ class ExitCode(IntEnum):
     error."""
     INTERRUPTED = 130
     """A run stopped by Ctrl-C (128 + SIGINT)."""
+    TERMINATED = 143
+    """A run stopped by SIGTERM (128 + SIGTERM), as schedulers send on preemption; the same clean stop as
+    Ctrl-C."""

@@ -196,13 +196,14 @@ def test_a_dead_trainer_fails_the_async_run_quickly(ray_session, tmp_path):
     import ray
 
     from fasync.drivers import DRIVERS
+    from fasync.launch.faults import ActorFailed
 
     cfg = tiny_config(mode="async", train={"num_rollouts": 1000})
     run = start_run(cfg, tmp_path)
     threading.Timer(2.0, lambda: ray.kill(run.trainer.ranks[0])).start()
 
     started = time.monotonic()
-    with pytest.raises(ray.exceptions.RayActorError):
+    with pytest.raises(ActorFailed, match="trainer rank 0 died"):
         DRIVERS["async"](run).train()
     assert time.monotonic() - started < 30
     run.close()

@@ -145,6 +145,15 @@ class TrainConfig(Section):
         "into one row (positions restart per sequence, attention stays within it), instead of "
         "`train.micro_batch_size` padded rows. A longer sequence goes alone. Null: `train.micro_batch_size`.",
     )
+    max_bad_steps: int = Field(
+        3, ge=1, description="A step whose loss or gradient is NaN or inf is skipped (no optimizer step, counted in "
+        "`nonfinite_skipped`); this many in a row fail the run, which keeps its last good checkpoint.",
+    )
+    stall_timeout_s: Optional[float] = Field(
+        1800.0, gt=0.0, description="Fail the run when no optimizer step came for this many seconds, naming the "
+        "actor and the call it waits for (engine k's generate call, a weight load, the queue). Counted from the "
+        "moment every actor has started. Null: wait forever.",
+    )
 
 
 class AsyncConfig(Section):

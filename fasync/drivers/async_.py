@@ -49,9 +49,11 @@ class AsyncDriver:
                 run.write(records, sync.seconds)
                 if run.reached_target():
                     break
+            run.verify_done_loads(block=True)
         finally:
             for _, future in self.pending:
                 future.cancel()
+            run.watchdog.cancel()  # a generation still running gives up instead of finishing its rollout
             self.generator.shutdown(wait=True)
 
     def start_generating(self) -> None:
@@ -65,4 +67,4 @@ class AsyncDriver:
     def generated(self, rollout: int) -> RolloutBatch:
         submitted, future = self.pending.popleft()
         assert submitted == rollout, (submitted, rollout)
-        return future.result()
+        return self.run.watchdog.result(future, f"the generation of rollout {rollout}")

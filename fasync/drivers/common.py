@@ -12,6 +12,7 @@ import ray
 from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
 from fasync.launch.actors import TrainerGroup, push_weights, start_engines
+from fasync.launch.faults import TooManyBadSteps, Watchdog, WeightSyncMismatch
 from fasync.launch.placement import Placement
 from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import pack, unpack
@@ -48,15 +49,17 @@ def build_factory(cfg: FasyncConfig) -> GroupFactory:
     return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward))
 
 
-def generate(engines: list, groups: list[PromptGroup], params) -> list[PromptGroup]:
+def generate(engines: list, groups: list[PromptGroup], params, watchdog: Watchdog) -> list[PromptGroup]:
     """Run every request of `groups` to completion, spreading the groups over the engines."""
     shares = [groups[i:: len(engines)] for i in range(len(engines))]
-    calls = [
-        engine.generate.remote(pack([req for group in share for req in group.requests]), params)
-        for engine, share in zip(engines, shares)
+    calls = {
+        f"engine {index}'s generate call": engine.generate.remote(
+            pack([req for group in share for req in group.requests]), params)
+        for index, (engine, share) in enumerate(zip(engines, shares))
         if share
-    ]
-    by_id = {gen.request_id: gen for result in ray.get(calls) for gen in unpack(result)}
+    }
+    by_id = {gen.request_id: gen for result in watchdog.get(list(calls.values()), list(calls))
+             for gen in unpack(result)}
     for group in groups:
         group.requests = [by_id[req.request_id] for req in group.requests]
     return groups
@@ -123,24 +126,60 @@ class Run:
         self.signal = LearningSignal()
         self.factory = factory
         self._owns_engines = engines is None
+        self.watchdog = Watchdog(cfg.train.stall_timeout_s)
+        self.bad_steps = 0
+        """Optimizer steps skipped in a row for a NaN or inf loss or gradient."""
+        self._sent: dict[int, object] = {}
+        """version → the trainer's checksum (a reference) of the weights it sent as that version."""
+        self._unverified: list[tuple[int, list]] = []
+        """Weight loads pushed without waiting (async), checked once they are done."""
         # Every GPU of the run reserved at once, before any actor starts (fasync/launch/plan.py).
         self.placement = Placement(plan)
         self.engines = engines if engines is not None else start_engines(cfg, plan, self.placement)
-        self.trainer = TrainerGroup(cfg, plan, self.placement)
+        self.trainer = TrainerGroup(cfg, plan, self.placement, wait=self.watchdog.get)
+        self.watchdog.name_actors(self.engines, [f"engine {index}" for index in range(len(self.engines))])
+        self.watchdog.name_actors(self.trainer.ranks, [f"trainer rank {rank}" for rank in range(len(self.trainer.ranks))])
         self.version = 0
         self.clock = VersionClock()
         self.step = 0
         self.recent_rewards: deque[float] = deque(maxlen=REWARD_WINDOW)
         self._last_record_time = time.monotonic()
-        self.stop_reason = "completed all rollouts"
+        self.stop_reason: str | None = None
+        """Why the driver stopped early (the target reward); None when it ran all its rollouts."""
         # Version 0, pushed without waiting: a driver starts its own actors before `wait_until_ready`,
         # so that they start up alongside the engines and the trainer.
-        self._first_push = push_weights(self.engines, self.trainer.state_dict_ref(), self.version)
+        self._first_push = self.push(self.version)
 
     def wait_until_ready(self) -> None:
         """Block until the engines and the trainer have started and the engines hold version 0; raises the
-        start-up error of an actor that failed."""
-        ray.get(self._first_push)
+        start-up error of an actor that failed. The stall watchdog's clock starts here."""
+        self.verify_loads(self.version, self.watchdog.get(self._first_push, self._load_labels(self.version)))
+        self.watchdog.arm()
+
+    def weights_for(self, version: int):
+        """The trainer's weights (a reference) to be published as `version`; their checksum is kept for
+        `verify_loads`."""
+        state = self.trainer.state_dict_ref()
+        self._sent[version] = self.trainer.sent_checksum_ref()
+        return state
+
+    def push(self, version: int) -> list:
+        return push_weights(self.engines, self.weights_for(version), version)
+
+    def _load_labels(self, version: int) -> list[str]:
+        return [f"engine {index}'s weight load (version {version})" for index in range(len(self.engines))]
+
+    def verify_loads(self, version: int, served: list[tuple[int, str]]) -> None:
+        """Every engine must serve `version` with the weights the trainer sent as it (a checksum of a few
+        parameter slices, `fasync.rollout.engine.weights_checksum`); an engine that kept old weights, or
+        loaded them wrongly, fails the run."""
+        sent = self.watchdog.get([self._sent.pop(version)], ["trainer rank 0's weight checksum"])[0]
+        for index, (served_version, checksum) in enumerate(served):
+            if served_version != version or checksum != sent:
+                raise WeightSyncMismatch(
+                    f"weight sync: engine {index} serves version {served_version} with weight checksum "
+                    f"{checksum or 'none'}, but the trainer sent version {version} with checksum {sent}: the "
+                    "engine did not load the weights it was sent")
 
     def next_version(self) -> int:
         """The trainer's weights become the next version, published after the steps taken so far."""
@@ -151,9 +190,21 @@ class Run:
     def publish_weights(self, wait: bool = True) -> None:
         """Push the trainer's weights to every engine as the next version. Without `wait` the push queues
         behind any generation in progress on an engine."""
-        pushes = push_weights(self.engines, self.trainer.state_dict_ref(), self.next_version())
+        self.verify_done_loads(block=False)
+        version = self.next_version()
+        pushes = self.push(version)
+        self._unverified.append((version, pushes))
         if wait:
-            ray.get(pushes)
+            self.verify_done_loads(block=True)
+
+    def verify_done_loads(self, block: bool) -> None:
+        """Check the weight loads pushed so far that are done (`block`: all of them, waiting)."""
+        while self._unverified:
+            version, pushes = self._unverified[0]
+            if not block and len(ray.wait(pushes, num_returns=len(pushes), timeout=0)[0]) < len(pushes):
+                return
+            self._unverified.pop(0)
+            self.verify_loads(version, self.watchdog.get(pushes, self._load_labels(version)))
 
     def collect(self) -> RolloutBatch:
         """One rollout of `rollout.batch_size` groups; with dynamic sampling, zero-variance groups are
@@ -167,7 +218,7 @@ class Run:
         while len(kept) < cfg.batch_size and rounds < (cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
             groups = self.factory.new_groups(want)
             self.ledger.admit(sum(g.size for g in groups))
-            for group in generate(self.engines, groups, self.factory.params):
+            for group in generate(self.engines, groups, self.factory.params, self.watchdog):
                 self.factory.score(group)
                 if cfg.dynamic_sampling and zero_variance(group):
                     drops["zero_variance"] += group.size
@@ -224,7 +275,11 @@ class Run:
         samples = sum(r.get("num_samples", 0) for r in records)
         elapsed = max(now - self._last_record_time, 1e-9)
         self._last_record_time = now
+        too_many = None
         for record in records:
+            self.count_bad_step(record)
+            if self.bad_steps >= self.cfg.train.max_bad_steps:
+                too_many = (self.bad_steps, record["step"])
             record["tokens_per_s"] = tokens / elapsed
             record["samples_per_s"] = samples / elapsed
             record["ledger_balanced"] = self.ledger.balanced
@@ -234,9 +289,21 @@ class Run:
                 self.progress.message(f"warning: {warning}")
             if record.get("skipped"):
                 self.progress.message(f"warning: step {record['step']} took no optimizer step: {record['skip_reason']}")
+        if too_many is not None:
+            raise TooManyBadSteps(
+                f"{too_many[0]} optimizer steps in a row had a NaN or inf loss or gradient and were skipped (the "
+                f"last at step {too_many[1]}; train.max_bad_steps: {self.cfg.train.max_bad_steps}): the "
+                "run stops without saving these weights")
+        self.watchdog.progressed()
         every = self.cfg.checkpoint.every
         if records and every and (records[-1]["rollout"] + 1) % every == 0:
             self.trainer.save(str(self.run_dir / f"checkpoint-{records[-1]['rollout'] + 1}.pt"))
+
+    def count_bad_step(self, record: dict) -> None:
+        if record.get("nonfinite_skipped"):
+            self.bad_steps += 1
+        elif not record.get("skipped"):
+            self.bad_steps = 0
 
     def reached_target(self) -> bool:
         target = self.cfg.train.target_reward

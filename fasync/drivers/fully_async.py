@@ -16,7 +16,9 @@ import ray
 
 from fasync import staleness as versions
 from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
+from fasync.errors import ConfigurationError
 from fasync.launch.actors import RolloutActor
+from fasync.launch.faults import POLL_S, ActorFailed, describe_failure
 from fasync.launch.wire import unpack
 from fasync.rollout.rollouter import RolloutState
 
@@ -32,10 +34,12 @@ class FullyAsyncDriver:
         self.run = run
         self.interval = run.cfg.async_.update_weights_interval
         self.rollouter = RolloutActor.remote(run.cfg, run.engines, run.factory)
+        run.watchdog.name_actors([self.rollouter], ["the rollouter"])
         self.running = self.rollouter.run.remote()
         self.prefetched = None
         """The next drain's `take`, asked for as soon as this drain's groups are in."""
-        self.pending_sync = None
+        self.pending_sync: tuple[int, object] | None = None
+        """(version, the rollouter's `update_weights` call) of the weight sync under way."""
         self.reports: list = []
         """`report_trained` calls not yet known to have run."""
         self.seen = RolloutState()
@@ -72,7 +76,7 @@ class FullyAsyncDriver:
         will train at, and they count as queued until then."""
         count = self.run.cfg.rollout.batch_size
         request = self.prefetched or self.rollouter.take.remote(count, versions.train_version(drain, self.interval))
-        groups, state = unpack(self._wait(request))
+        groups, state = unpack(self._wait(request, "the queue (the rollouter's take)"))
         if len(groups) < count:
             raise RolloutStopped("the rollouter stopped before the run was finished")
         self.prefetched = self.rollouter.take.remote(count, versions.train_version(drain + 1, self.interval))
@@ -80,10 +84,16 @@ class FullyAsyncDriver:
 
     def sync(self) -> None:
         """Start pushing the new version; the trainer goes on with the next drain meanwhile."""
-        if self.pending_sync is not None:
-            self._wait(self.pending_sync)
+        self.finish_sync()
         version = self.run.next_version()
-        self.pending_sync = self.rollouter.update_weights.remote([self.run.trainer.state_dict_ref()], version)
+        self.pending_sync = (version, self.rollouter.update_weights.remote([self.run.weights_for(version)], version))
+
+    def finish_sync(self) -> None:
+        """Wait for the weight sync under way, and check what every engine serves after it."""
+        if self.pending_sync is not None:
+            version, call = self.pending_sync
+            self.run.verify_loads(version, self._wait(call, f"the weight sync to version {version}"))
+            self.pending_sync = None
 
     def describe(self, records: list[dict], state: RolloutState) -> None:
         """What the drain's records say about the rollouter, since the previous drain."""
@@ -105,23 +115,49 @@ class FullyAsyncDriver:
     def finish(self) -> None:
         """Stop generating and take the final ledger once every engine loop has ended; groups still
         in the queue stay counted as queued."""
-        if self.pending_sync is not None:
-            self._wait(self.pending_sync)
-        ray.get(self.reports)
-        ray.get(self.rollouter.stop.remote())
-        self.run.ledger = ray.get(self.running)
+        self.finish_sync()
+        self.run.watchdog.get(self.reports, ["the rollouter's ledger report"] * len(self.reports))
+        self.run.watchdog.get([self.rollouter.stop.remote()], ["the rollouter's stop"])
+        self.run.ledger = self.run.watchdog.get([self.running], ["the rollouter's last generate calls"])[0]
+        self.running = None
 
-    def _wait(self, ref):
-        """ray.get that fails fast when the rollouter dies instead of waiting forever for its output."""
-        ready, _ = ray.wait([ref, self.running], num_returns=1)
+    def _wait(self, ref, label: str):
+        """The result of a call to the rollouter, failing fast when the rollouter dies (with its error, which
+        names the engine when an engine failed), and when the run stalls (with what the rollouter waits for)."""
+        with self.run.watchdog.waiting([label], detail=self._rollouter_waits):
+            while True:
+                ready, _ = ray.wait([ref, self.running], num_returns=1, timeout=POLL_S)
+                if ready:
+                    break
+                self.run.watchdog.check()
         if ready[0] == self.running and ref != self.running:
-            ray.get(self.running)  # raises the rollouter's error, if it had one
+            try:
+                ray.get(self.running)  # raises the rollouter's error, if it had one
+            except ConfigurationError:
+                raise  # bad input (a reward that is not a number): its own message says it all
+            except Exception as error:  # noqa: BLE001 - re-raised with the rollouter named
+                raise ActorFailed(f"the rollouter failed: {describe_failure(error, self.run.watchdog.actors)}") \
+                    from None
             raise RolloutStopped("the rollouter stopped before the run was finished")
-        return ray.get(ref)
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError:
+            raise ActorFailed(f"{label} failed: the rollouter died") from None
+
+    def _rollouter_waits(self) -> list[str]:
+        return [f"the rollouter waits for {wait}" for wait in ray.get(self.rollouter.waiting_on.remote(), timeout=5)]
 
     def close(self) -> None:
-        try:
-            ray.get(self.rollouter.stop.remote(), timeout=10)
-        except Exception:  # noqa: BLE001 - shutting down after a failure must not mask it
-            pass
+        """End the rollouter; a run that stops early takes its ledger as generation stopped, so that what
+        was in flight is accounted for."""
+        if self.running is not None:
+            try:
+                ray.get(self.rollouter.stop.remote(), timeout=10)
+                self.run.ledger = ray.get(self.running, timeout=10)
+            except Exception:  # noqa: BLE001 - shutting down after a failure must not mask it
+                # An engine loop failed: the ledger as the rollouter holds it, with what that engine had in flight.
+                try:
+                    self.run.ledger = ray.get(self.rollouter.state.remote(), timeout=5).ledger
+                except Exception:  # noqa: BLE001 - the rollouter itself is gone: the last drain's copy stays
+                    pass
         ray.kill(self.rollouter)

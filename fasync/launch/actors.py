@@ -14,6 +14,7 @@ import ray
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import arrays_to_weights, pack, unpack, weights_to_arrays
+from fasync.rollout.engine import probed_names, weights_checksum
 from fasync.rollout.rollouter import Rollouter
 
 
@@ -38,10 +39,11 @@ class EngineActor:
         """`pack`ed requests in, `pack`ed generations out."""
         return pack(self.engine.generate(unpack(requests), params, token_budget))
 
-    def load_weights(self, weights: dict, version: int) -> int:
-        """`weights` as `TrainerActor.rollout_weights` returns them."""
+    def load_weights(self, weights: dict, version: int) -> tuple[int, str]:
+        """`weights` as `TrainerActor.rollout_weights` returns them; returns what the engine serves after the
+        load (`RolloutEngine.served_weights`), which the driver checks against the trainer's checksum."""
         self.engine.load_weights(arrays_to_weights(weights), version)
-        return version
+        return self.engine.served_weights()
 
     @ray.method(concurrency_group="control")
     def abort(self) -> None:
@@ -62,6 +64,8 @@ class TrainerActor:
         _limit_threads(cfg.resources.train_threads)
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         self.trainer = None
+        self.sent_checksum = ""
+        """`weights_checksum` of the weights the last `rollout_weights` sent (rank 0)."""
 
     def rendezvous(self) -> str:
         from fasync.launch.placement import rendezvous_address
@@ -84,10 +88,15 @@ class TrainerActor:
         """The rollout state dict as the engines load it (`weights_to_arrays`), from rank 0; the other ranks
         only take part in gathering it (under FSDP2 each tensor is a collective) and return None."""
         if self.trainer.rank == 0:
-            return weights_to_arrays(self.trainer.rollout_state_dict())
+            state = self.trainer.rollout_state_dict()
+            self.sent_checksum = weights_checksum({name: state[name] for name in probed_names(state)})
+            return weights_to_arrays(state)
         for _ in self.trainer.weight_buckets():
             pass
         return None
+
+    def last_sent_checksum(self) -> str:
+        return self.sent_checksum
 
     def save(self, path: str) -> None:
         self.trainer.save(path)
@@ -96,7 +105,9 @@ class TrainerActor:
 class TrainerGroup:
     """All data-parallel ranks, driven as one: every rank gets the same rollout and takes its shard."""
 
-    def __init__(self, cfg: FasyncConfig, plan: ResourcePlan, placement=None):
+    def __init__(self, cfg: FasyncConfig, plan: ResourcePlan, placement=None, wait=None):
+        self.wait = wait or (lambda refs, labels: ray.get(list(refs)))
+        """`Watchdog.get`: (refs, labels) → results, failing with the label of a rank that died or hung."""
         world = cfg.resources.trainer_ranks
         self.ranks = [
             TrainerActor.options(**_placed(plan.trainer_options(rank), placement)).remote(cfg, rank, world)
@@ -112,15 +123,21 @@ class TrainerGroup:
         # about 4 ms more. Several ranks share one stored copy instead of one copy per call.
         if len(self.ranks) > 1:
             payload = ray.put(payload)
-        results = ray.get([rank.train_rollout.remote(payload, current_version) for rank in self.ranks])
+        results = self.wait([rank.train_rollout.remote(payload, current_version) for rank in self.ranks],
+                            [f"trainer rank {index}'s train call" for index in range(len(self.ranks))])
         return results[0]
 
     def state_dict_ref(self):
         # Every rank takes part (FSDP2 gathers each tensor from all shards); rank 0's copy is the one sent.
         return [rank.rollout_weights.remote() for rank in self.ranks][0]
 
+    def sent_checksum_ref(self):
+        """The checksum of the weights the last `state_dict_ref` sends (rank 0 runs its calls in order)."""
+        return self.ranks[0].last_sent_checksum.remote()
+
     def save(self, path: str) -> None:
-        ray.get([rank.save.remote(path) for rank in self.ranks])
+        self.wait([rank.save.remote(path) for rank in self.ranks],
+                  [f"trainer rank {index}'s checkpoint save" for index in range(len(self.ranks))])
 
     def kill(self) -> None:
         for rank in self.ranks:

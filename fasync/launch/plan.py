@@ -119,7 +119,8 @@ class ResourcePlan:
         return max(os.cpu_count() or 1, int(self.cpus_needed + 0.999))
 
     def describe(self) -> str:
-        cluster = self.ray_address or "local Ray cluster started by fasync"
+        cluster = self.ray_address or ("local Ray cluster started by fasync (a running `ray start` cluster or "
+                                       "RAY_ADDRESS is joined only through resources.ray_address)")
         lines = [f"mode: {self.mode}", f"cluster: {cluster}", "actors:"]
         for spec in self.actors:
             lines.append(f"  {spec.count} × {spec.role}: {spec.cpus:g} CPU, {spec.gpus:g} GPU each")

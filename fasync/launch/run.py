@@ -65,52 +65,52 @@ def _worker_env() -> dict:
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in paths if p)}}
 
 
-def _start_ray(cfg: FasyncConfig, plan) -> bool:
-    """Join or start the cluster; False when this process was already connected (a caller that owns
-    the session, such as a test suite, keeps it)."""
+def _init_ray(cfg: FasyncConfig, plan) -> None:
+    """Join `resources.ray_address`, or start a local cluster of this run's own: never a cluster that
+    `ray start` or RAY_ADDRESS left around, which `ray.init` would join and then refuse the CPU count for."""
     import ray
 
-    if ray.is_initialized():
-        return False
     common = {"logging_level": "WARNING", "log_to_driver": True, "runtime_env": _worker_env()}
     if cfg.resources.ray_address:
         ray.init(address=cfg.resources.ray_address, **common)
     else:
-        ray.init(num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
+        ray.init(address="local", num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
                  include_dashboard=False, **common)
-    return True
 
 
-def summarize(run, started: float, outcome: str) -> dict:
-    """summary.json: the run's outcome and its metrics over the whole run, as `fasync.metrics.registry`
-    combines them."""
+def summarize(run, started: float, outcome: str, stop_reason: str, mode: str) -> dict:
+    """summary.json: the run's outcome, why it stopped, and its metrics over the whole run, as
+    `fasync.metrics.registry` combines them. `run` is None when the run stopped before its actors started."""
     from fasync.metrics.registry import METRICS, over
 
-    history = run.writer.history
+    history = run.writer.history if run is not None else []
     last = history[-1] if history else {}
     summary = {
         "outcome": outcome,
-        "stop_reason": run.stop_reason,
-        "mode": run.cfg.mode,
-        "optimizer_steps": run.step,
-        "weight_version": run.version,
+        "stop_reason": stop_reason,
+        "mode": mode,
+        "optimizer_steps": run.step if run is not None else 0,
+        "weight_version": run.version if run is not None else 0,
         "final_rollout_reward_mean": last.get("rollout_reward_mean"),
         "best_rollout_reward_mean": over("rollout_reward_mean", history),
         "wall_time_s": round(time.monotonic() - started, 2),
         "staleness_max": over("staleness_max", history) or 0,
         "policy_lag_max": over("policy_lag_max", history) or 0,
-        "ledger": run.ledger.as_dict(),
+        "nonfinite_steps_skipped": int(over("nonfinite_skipped", history) or 0),
+        "ledger": run.ledger.as_dict() if run is not None else None,
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
-        "warnings": run.signal.warnings,
+        "warnings": run.signal.warnings if run is not None else [],
     }
     for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
         summary[f"total_{phase}"] = round(over(phase, history), 3)
     return summary
 
 
-def _print_summary(summary: dict, run_dir: Path, ledger_text: str) -> None:
+def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> None:
     _echo("")
-    _echo(f"fasync train: {summary['outcome']} ({summary['stop_reason']}) in {summary['wall_time_s']} s")
+    outcome, reason = summary["outcome"], summary["stop_reason"]
+    headline = reason if reason.startswith(outcome) else f"{outcome} ({reason})"
+    _echo(f"fasync train: {headline} in {summary['wall_time_s']} s")
     _echo(f"  optimizer steps {summary['optimizer_steps']}, weight version {summary['weight_version']}, "
           f"final rollout reward {summary['final_rollout_reward_mean']}")
     _echo(f"  staleness max {summary['staleness_max']}, policy lag max {summary['policy_lag_max']}")
@@ -121,7 +121,8 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str) -> None:
         _echo(f"  correction (last step): {shown}")
     for warning in summary["warnings"]:
         _echo(f"  warning: {warning}")
-    _echo(f"  samples: {ledger_text}")
+    if ledger_text is not None:
+        _echo(f"  samples: {ledger_text}")
     _echo(f"  run directory: {run_dir}")
 
 
@@ -154,43 +155,87 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
     return _train(cfg, plan, factory, directory)
 
 
-def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
+def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | None = None) -> int:
+    """Start Ray and the actors, run the driver, and stop: every way a run ends (finished, Ctrl-C, SIGTERM,
+    a failure) goes through the one stop path below, which writes the summary and leaves no process behind.
+    `engines`: engine actors the caller started (tests), used instead of starting them."""
     import ray
 
     from fasync.drivers import driver_for
     from fasync.drivers.common import Run
     from fasync.errors import ConfigurationError
+    from fasync.launch import reaper
+    from fasync.launch.faults import describe_failure
+    from fasync.launch.signals import OUTCOMES, Stop, StopSignals
     from fasync.metrics.progress import Progress
 
     started = time.monotonic()
-    # Ctrl-C while Ray starts or the driver waits on an actor becomes a KeyboardInterrupt here.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    owns_ray = _start_ray(cfg, plan)
+    signals = StopSignals(_echo)
+    signals.install()
+    owns_ray = not ray.is_initialized()
+    cluster_reaper = reaper.start() if owns_ray else None
     run = None
-    outcome, code = "finished", ExitCode.OK
+    outcome, code, reason = "finished", ExitCode.OK, None
     try:
+        if owns_ray:
+            _echo("fasync train: starting a local Ray cluster" if not cfg.resources.ray_address
+                  else f"fasync train: joining the Ray cluster at {cfg.resources.ray_address}")
+            _init_ray(cfg, plan)
+            signals.install()  # ray.init replaced the SIGTERM handler with one that exits 15
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})") as progress:
-            run = Run(cfg, derive(cfg), plan, factory, directory, progress)
+            run = Run(cfg, derive(cfg), plan, factory, directory, progress, engines=engines)
             driver_for(run).train()
+            reason = run.stop_reason or f"completed all {cfg.train.num_rollouts} rollouts"
             if cfg.checkpoint.save_final:
                 run.trainer.save(str(directory / "final.pt"))
-    except KeyboardInterrupt:
-        outcome, code = "interrupted", ExitCode.INTERRUPTED
-        _echo("fasync train: interrupted, stopping all actors")
+    except (Stop, KeyboardInterrupt, SystemExit) as stop:
+        # A bare KeyboardInterrupt: Ctrl-C before our handler was in; SystemExit(15): a SIGTERM while ray.init's
+        # own handler was in place.
+        signum = getattr(stop, "signum", None) or signals.first or signal.SIGINT
+        if isinstance(stop, SystemExit):
+            signum = signal.SIGTERM if stop.code == signal.SIGTERM else None
+        if signum is None:
+            outcome, code, reason = "failed", ExitCode.FAILED, f"failed: exited with code {stop.code}"
+        else:
+            outcome, code, reason = OUTCOMES[signum]
+            reason += " while Ray was starting" if run is None else f" at optimizer step {run.step}"
+            _echo(f"fasync train: {reason}; stopping ({signal.Signals(signum).name} again skips the clean stop)")
     except ConfigurationError as error:  # bad input met while running (a reward that is not a number), here or in
         outcome, code = "failed", ExitCode.FAILED  # an actor, whose RayTaskError is one too: print the original
-        _echo(f"fasync train: the run failed: {getattr(error, 'cause', None) or error}")
-    except Exception as error:  # noqa: BLE001 - any actor failure ends the run with its message
-        outcome, code = "failed", ExitCode.FAILED
-        _echo(f"fasync train: the run failed: {type(error).__name__}: {error}")
+        reason = f"failed: {getattr(error, 'cause', None) or error}"
+        _echo(f"fasync train: the run {reason}")
+    except Exception as error:  # noqa: BLE001 - any failure ends the run with its message
+        outcome, code, reason = "failed", ExitCode.FAILED, f"failed: {describe_failure(error)}"
+        _echo(f"fasync train: the run {reason}")
     finally:
+        # From here a signal only skips the graceful steps (`signals.graceful`); the summary is always written
+        # and the cluster always shut down. A clean stop's checkpoint (finished, interrupted, terminated; a
+        # failed run keeps its last good one) belongs first among the graceful steps.
+        signals.begin_stop()
+        summary = summarize(run, started, outcome, reason, cfg.mode)
+        _write_summary(directory, summary)
+        _print_summary(summary, directory, _ledger_text(run, outcome) if run is not None else None)
         if run is not None:
-            summary = summarize(run, started, outcome)
-            (directory / "summary.json").write_text(json.dumps(summary, indent=2))
-            _print_summary(summary, directory, run.ledger.describe())
-            run.close()
+            signals.graceful("ending the actors", run.close)
         if owns_ray:
             ray.shutdown()
+        reaper.finish(cluster_reaper)
+        signals.restore()
     return code
 
+
+def _write_summary(directory: Path, summary: dict) -> None:
+    temporary = directory / "summary.json.tmp"
+    temporary.write_text(json.dumps(summary, indent=2))
+    os.replace(temporary, directory / "summary.json")
+
+
+def _ledger_text(run, outcome: str) -> str:
+    """The ledger line, and for a run that did not finish, what it left untrained."""
+    ledger = run.ledger
+    text = ledger.describe()
+    if outcome != "finished" and (ledger.in_flight or ledger.queued):
+        text += (f"\n  at the stop {ledger.in_flight} samples were in flight and {ledger.queued} queued: "
+                 "none of them was trained")
+    return text

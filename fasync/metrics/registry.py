@@ -132,7 +132,10 @@ METRICS: dict[str, Metric] = _metrics(
     Metric("entropy_collapse_streak", "optimizer steps", "optimizer steps in a row, up to this one, whose entropy "
            f"was at most {ENTROPY_FLOOR:g} nats/token; the run warns at {STREAK_STEPS} (fasync/metrics/signal.py)",
            over="max"),
-    Metric("skip_reason", "text", "why (null unless skipped): every token rejected by correction"),
+    Metric("skip_reason", "text", "why (null unless skipped): every token rejected by correction, or a NaN or "
+           "inf loss or gradient"),
+    Metric("nonfinite_skipped", "1", "1 when the step was skipped for a NaN or inf loss or gradient, else 0; "
+           "`train.max_bad_steps` such steps in a row fail the run", over="sum"),
     *(Metric(f"is/{name}", unit, meaning + " ([correction.md](correction.md))", over="last")
       for name, unit, meaning in _CORRECTION),
     # Freshness.

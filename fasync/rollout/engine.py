@@ -8,12 +8,43 @@ lock, and backends check `interrupted()` between decode steps.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from fasync.rollout.types import FinishReason, Generation, SamplingParams
+
+PROBED_PARAMETERS = 3
+PROBED_ELEMENTS = 64
+"""A weight checksum covers `PROBED_ELEMENTS` values spread evenly over each of `PROBED_PARAMETERS`
+parameters: enough to tell a load that did not happen (or loaded something else) from one that did, at no
+cost. Spread, not the ends: an embedding's first and last rows (special tokens) may never get a gradient."""
+
+
+def probed_names(names: Iterable[str]) -> list[str]:
+    """The parameters a weight checksum covers: the first, middle and last name in sorted order, chosen
+    from the names the trainer sends, so that the trainer and every engine pick the same ones."""
+    ordered = sorted(names)
+    picks = {ordered[round(i * (len(ordered) - 1) / max(PROBED_PARAMETERS - 1, 1))]
+             for i in range(PROBED_PARAMETERS)} if ordered else set()
+    return sorted(picks)
+
+
+def weights_checksum(tensors: dict) -> str:
+    """A checksum of `tensors` (name → tensor, as `probed_names` chose them): of each, the `PROBED_ELEMENTS`
+    values at evenly spaced positions of the flattened tensor (`torch.linspace(0, numel − 1, n)`, rounded
+    down), as float32 bytes, so that equal values in the same dtype give equal checksums on any device."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        flat = tensors[name].detach().reshape(-1)
+        positions = torch.linspace(0, flat.numel() - 1, PROBED_ELEMENTS, dtype=torch.float64).long()
+        digest.update(name.encode())
+        digest.update(flat[positions.to(flat.device)].to("cpu", torch.float32).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 @dataclass
@@ -34,6 +65,8 @@ class RolloutEngine(ABC):
         self._abort_lock = threading.Lock()
         # One generate or weight load at a time: both use the model.
         self._busy = threading.Lock()
+        self._probed: list[str] = []
+        """The parameters `served_weights` checks: `probed_names` of the last load."""
 
     @property
     def weight_version(self) -> int:
@@ -52,6 +85,11 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     def _load_state_dict(self, state_dict: dict) -> None: ...
+
+    def _served_parameters(self, names: list[str]) -> dict:
+        """name → tensor of the weights this engine samples with now, for the trainer's parameter `names`
+        (read back from the model that serves, not from what was handed to `load_weights`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot report the weights it serves")
 
     # -- the interface ---------------------------------------------------------------------------
 
@@ -106,6 +144,14 @@ class RolloutEngine(ABC):
         with self._busy:
             self._load_state_dict(state_dict)
             self._version = version
+            self._probed = probed_names(state_dict)
+
+    def served_weights(self) -> tuple[int, str]:
+        """(the weight version this engine serves, `weights_checksum` of the `probed_names` of the last load
+        as the engine's model now holds them). The driver compares it with the trainer's checksum of the
+        weights it sent: an engine that kept its old weights, or loaded them wrongly, serves a different one."""
+        with self._busy:
+            return self._version, weights_checksum(self._served_parameters(self._probed)) if self._probed else ""
 
     def abort(self) -> None:
         """Make the generate calls made so far return promptly (unfinished requests `abort`);

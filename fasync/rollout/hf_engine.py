@@ -50,6 +50,10 @@ class HFEngine(RolloutEngine):
         self.model.load_state_dict(state_dict)
         self._prefixes = {}  # keys and values of the old weights
 
+    def _served_parameters(self, names: list[str]) -> dict:
+        served = self.model.state_dict()
+        return {name: served[name] for name in names}
+
     @torch.inference_mode()
     def _continue(
         self, contexts: list[list[int]], budgets: list[int], params: SamplingParams, interrupted: Callable[[], bool]

@@ -78,6 +78,8 @@ class Rollouter:
         self.pause_s = 0.0
         self.busy_s = 0.0
         self.resumed_groups = 0
+        self._outstanding: dict[str, float] = {}
+        """What this actor awaits from the engines now ("engine 1's generate call"), and since when."""
 
     # -- admission -------------------------------------------------------------------------------
 
@@ -106,7 +108,27 @@ class Rollouter:
 
     # -- generation ------------------------------------------------------------------------------
 
-    async def _call(self, engine, groups: list[PromptGroup]) -> None:
+    async def _awaiting(self, label: str, call):
+        """Await an engine's call, marked in `waiting_on`; an engine that dies or raises fails with its name."""
+        from fasync.launch.faults import ActorFailed, actor_id, describe_failure
+
+        self._outstanding[label] = time.monotonic()
+        try:
+            return await call
+        except Exception as error:  # noqa: BLE001 - re-raised with the engine named
+            engines = {actor_id(engine): f"engine {index}" for index, engine in enumerate(self.engines)}
+            raise ActorFailed(f"{label} failed: {describe_failure(error, engines)}") from None
+        finally:
+            del self._outstanding[label]
+
+    def waiting_on(self) -> list[str]:
+        """The engine calls this actor awaits, oldest first, with how long each has lasted."""
+        now = time.monotonic()
+        return [f"{label} ({now - since:.0f} s)"
+                for label, since in sorted(self._outstanding.items(), key=lambda item: item[1])] or \
+            ["nothing: no engine call is outstanding (admission is waiting for the trainer to drain the queue)"]
+
+    async def _call(self, index: int, engine, groups: list[PromptGroup]) -> None:
         """One generate call over the groups' unfinished requests, which come back continued: finished,
         or unfinished when the call was aborted or spent its `tokens_per_call`."""
         pending = [req for group in groups for req in group.requests if not req.finished]
@@ -118,7 +140,9 @@ class Rollouter:
         self._calls += 1
         started = time.monotonic()
         try:
-            results = unpack(await engine.generate.remote(pack(pending), self.factory.params, self.tokens_per_call))
+            results = unpack(await self._awaiting(
+                f"engine {index}'s generate call",
+                engine.generate.remote(pack(pending), self.factory.params, self.tokens_per_call)))
         finally:
             self.busy_s += time.monotonic() - started
             self._calls -= 1
@@ -142,7 +166,7 @@ class Rollouter:
         self.groups_dropped += 1
         self._changed.set()
 
-    async def _engine_loop(self, engine) -> None:
+    async def _engine_loop(self, index: int, engine) -> None:
         """Keep the engine's batch full: each call continues the groups in it, groups that finished
         leave for the queue, and admission tops the batch up before the next call."""
         active: list[PromptGroup] = []
@@ -156,7 +180,7 @@ class Rollouter:
             if not active:
                 await self._changed.wait()
                 continue
-            await self._call(engine, active)
+            await self._call(index, engine, active)
             if self._stopping:
                 break
             finished = [group for group in active if group.finished]
@@ -171,7 +195,7 @@ class Rollouter:
 
     async def run(self) -> Ledger:
         """Generate until `stop`; returns the final ledger."""
-        await asyncio.gather(*(self._engine_loop(engine) for engine in self.engines))
+        await asyncio.gather(*(self._engine_loop(index, engine) for index, engine in enumerate(self.engines)))
         return self.ledger
 
     # -- control from the driver -----------------------------------------------------------------
@@ -201,8 +225,9 @@ class Rollouter:
         """The trainer trained on `trained` of the `taken` samples of a drain (the rest were trimmed)."""
         self.ledger.train(taken, trained)
 
-    async def update_weights(self, weights: list, version: int) -> None:
-        """Pause generation, load `version` into every engine, resume.
+    async def update_weights(self, weights: list, version: int) -> list[tuple[int, str]]:
+        """Pause generation, load `version` into every engine, resume; returns what each engine serves after
+        its load (`RolloutEngine.served_weights`), for the driver to check.
 
         `weights` is a one-item list holding the reference to the trainer's weights, so that Ray hands
         this actor the reference and not the arrays: each engine fetches them from the object store.
@@ -222,11 +247,13 @@ class Rollouter:
         await asyncio.gather(*aborts)
         async with self._calls_done:
             await self._calls_done.wait_for(lambda: self._calls == 0)
-        await asyncio.gather(*loads)
+        served = await asyncio.gather(*(self._awaiting(f"engine {index}'s weight load (version {version})", load)
+                                        for index, load in enumerate(loads)))
         self.version = version
         self._running.set()
         self._changed.set()
         self.pause_s += time.monotonic() - start
+        return list(served)
 
     async def stop(self) -> None:
         """Stop generating and close the queue; groups left in it stay counted as queued."""

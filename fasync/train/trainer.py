@@ -17,6 +17,7 @@ The PPO ratio's anchor (`correction.ratio_anchor`, defaulted per mode in `fasync
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import defaultdict
@@ -174,7 +175,7 @@ class Trainer:
 
         names = ["loss", "pg_loss", "entropy", "kl", "clipped", "kept"]
         totals = dict(zip(names, distributed.sum_scalars([sums[name] for name in names], self.device)))
-        record = {"skipped": totals["kept"] == 0, "skip_reason": None}
+        record = {"skipped": totals["kept"] == 0, "skip_reason": None, "nonfinite_skipped": 0}
         if record["skipped"]:
             # Every token was rejected: a step now would only apply weight decay and momentum.
             record["skip_reason"] = "all tokens rejected by correction"
@@ -185,8 +186,17 @@ class Trainer:
             max_norm = train.grad_clip if train.grad_clip is not None else float("inf")
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
             grad_norm = float(distributed.full_value(norm))
-            self.optimizer.step()
-            self.steps += 1
+            # Every rank holds the same summed loss and global norm, so every rank skips the same steps.
+            broken = [name for name, value in (("loss", totals["loss"]), ("gradient", grad_norm))
+                      if not math.isfinite(value)]
+            if broken:
+                # One NaN step would make every weight NaN, and the engines would sample from garbage.
+                record.update(skipped=True, nonfinite_skipped=1,
+                              skip_reason=f"non-finite {' and '.join(broken)} (NaN or inf): no optimizer step")
+                self.optimizer.zero_grad(set_to_none=True)
+            else:
+                self.optimizer.step()
+                self.steps += 1
         correction_metrics = _combine_correction_metrics(
             distributed.gather_objects((correction_sums, correction_maxima)), step_tokens)
         correction_metrics["is/all_rejected"] = float(record["skipped"])

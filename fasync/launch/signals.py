@@ -1,0 +1,89 @@
+"""Ctrl-C and SIGTERM in `fasync train`: the first starts a clean stop, a second skips what is left of it.
+
+The first signal raises `Stop` in the main thread, wherever the driver waits. The stop path then runs its
+graceful steps (`graceful`: the checkpoint, ending the actors) in an order where a second signal only
+skips the steps still to come; writing the summary and shutting the local cluster down are never
+interrupted, so that every stop leaves a summary and no process behind.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+from fasync.exit_codes import ExitCode
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+OUTCOMES = {
+    signal.SIGINT: ("interrupted", ExitCode.INTERRUPTED, "interrupted by Ctrl-C (SIGINT)"),
+    signal.SIGTERM: ("terminated", ExitCode.TERMINATED, "terminated by SIGTERM"),
+}
+"""signal → (outcome, exit code, stop reason)."""
+
+
+class Stop(KeyboardInterrupt):
+    """A stop signal reached the driver. A KeyboardInterrupt, so that code which cleans up after Ctrl-C
+    (Ray's waits among it) does so for SIGTERM too."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignals:
+    def __init__(self, echo: Callable[[str], None]):
+        self.echo = echo
+        self.received: list[int] = []
+        self._raise = True
+        self._stopping = False
+        self._received_at_stop = 0
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> None:
+        """Take SIGINT and SIGTERM (again: `ray.init` puts its own SIGTERM handler in, which exits 15)."""
+        for signum in STOP_SIGNALS:
+            previous = signal.signal(signum, self._handle)
+            self._previous.setdefault(signum, previous)
+
+    def restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+    def _handle(self, signum: int, frame) -> None:
+        self.received.append(signum)
+        if self._stopping:
+            self.echo(f"fasync train: {signal.Signals(signum).name} again: skipping the rest of the clean stop")
+        if self._raise:
+            raise Stop(signum)
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+    @property
+    def hurried(self) -> bool:
+        """A signal came while the run was already stopping, or a second one came at all: skip what is
+        graceful."""
+        return len(self.received) > self._received_at_stop or len(self.received) >= 2
+
+    def begin_stop(self) -> None:
+        """From here on a signal only skips graceful steps; it no longer raises outside them."""
+        self._received_at_stop = len(self.received)
+        self._stopping = True
+        self._raise = False
+
+    def graceful(self, what: str, step: Callable[[], None]) -> bool:
+        """Run one graceful step of the stop unless the stop is hurried; a signal during it ends it. True
+        when it ran to its end."""
+        if self.hurried:
+            return False
+        self._raise = True
+        try:
+            step()
+            return True
+        except Stop:
+            self.echo(f"fasync train: skipped {what}")
+            return False
+        finally:
+            self._raise = False

@@ -1,0 +1,240 @@
+"""Faults that surface (issue 15 §4): NaN steps, a hung engine, an engine that keeps its old weights.
+
+The trainer-level NaN test runs without Ray. The rest run `fasync train`'s own stop path (`_train`) on the
+shared Ray session with engine actors that misbehave on purpose, and read the summary it leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+from sections import with_sections
+
+from fasync.config.schema import FasyncConfig
+
+TINY = {
+    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 16},
+    "data": {"task": "reverse", "length": 3},
+    "reward": {"function": "partial_match"},
+    "rollout": {"batch_size": 4, "n_samples_per_prompt": 4, "max_new_tokens": 4},
+    "train": {"global_batch_size": 8, "micro_batch_size": 4, "num_rollouts": 4, "lr": 3e-3},
+    "logging": {"progress": "none"},
+}
+
+
+def tiny_config(**sections) -> FasyncConfig:
+    return FasyncConfig.model_validate(with_sections(TINY, **sections))
+
+
+# -- NaN and inf steps -------------------------------------------------------------------------------
+
+
+def test_a_nan_loss_skips_the_step_and_leaves_weights_and_optimizer_untouched(monkeypatch):
+    from fasync.data import build_dataset
+    from fasync.data.rewards import build_reward
+    from fasync.model import build_tokenizer
+    from fasync.rollout.build import build_engine
+    from fasync.rollout.groups import GroupFactory
+    from fasync.train import trainer as trainer_module
+
+    cfg = tiny_config(train={"global_batch_size": 16, "micro_batch_size": 8})
+    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    factory = GroupFactory(cfg, tokenizer, build_dataset(cfg.data), build_reward(cfg.reward))
+    engine = build_engine(cfg, tokenizer)
+    trainer = trainer_module.Trainer(cfg)
+
+    def rollout():
+        groups = factory.new_groups(cfg.rollout.batch_size)
+        generations = iter(engine.generate([r for g in groups for r in g.requests], factory.params))
+        for group in groups:
+            group.requests = [next(generations) for _ in group.requests]
+            factory.score(group)
+        return [sample for group in groups for sample in group.samples]
+
+    samples = rollout()
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    surrogate = trainer_module.clipped_surrogate
+    monkeypatch.setattr(trainer_module, "clipped_surrogate",
+                        lambda logp, *rest: (surrogate(logp, *rest)[0] * math.nan, surrogate(logp, *rest)[1]))
+    [record] = trainer.train_rollout(samples, 0)
+    assert record["skipped"] and record["nonfinite_skipped"] == 1
+    assert "non-finite loss" in record["skip_reason"] and "gradient" in record["skip_reason"]
+    assert all(torch.equal(before[name], p) for name, p in trainer.model.named_parameters())
+    assert not trainer.optimizer.state and trainer.steps == 0
+
+    monkeypatch.setattr(trainer_module, "clipped_surrogate", surrogate)
+    [record] = trainer.train_rollout(rollout(), 0)
+    assert not record["skipped"] and record["nonfinite_skipped"] == 0 and math.isfinite(record["loss"])
+    assert trainer.steps == 1 and not all(torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+
+
+def test_bad_steps_in_a_row_are_counted_and_a_good_step_resets_the_count():
+    from fasync.drivers.common import Run
+
+    run = Run.__new__(Run)
+    run.bad_steps = 0
+    for record, expected in [({"nonfinite_skipped": 1, "skipped": True}, 1),
+                             ({"skipped": True, "nonfinite_skipped": 0}, 1),  # all rejected: neither
+                             ({"nonfinite_skipped": 1, "skipped": True}, 2),
+                             ({"skipped": False, "nonfinite_skipped": 0}, 0)]:
+        run.count_bad_step(record)
+        assert run.bad_steps == expected
+
+
+# -- engines that misbehave ------------------------------------------------------------------------
+
+
+def faulty_engines(cfg: FasyncConfig, faults: list[str | None]):
+    """One engine actor per entry: None behaves; "hang" never returns from generate; "stale" reports every
+    version it is sent but keeps serving the weights of its first load; "nan" reports NaN behaviour
+    logprobs."""
+    import ray
+
+    from fasync.launch.actors import EngineActor
+    from fasync.launch.wire import pack, unpack
+
+    @ray.remote(concurrency_groups={"control": 1})
+    class FaultyEngine(EngineActor.__ray_actor_class__):
+        def __init__(self, cfg, index, fault):
+            super().__init__(cfg, index)
+            self.fault = fault
+
+        def generate(self, requests, params, token_budget=None):
+            if self.fault == "hang":
+                time.sleep(3600)
+            out = super().generate(requests, params, token_budget)
+            if self.fault == "nan":
+                out = pack([replace(gen, logprobs=[math.nan] * len(gen.logprobs)) for gen in unpack(out)])
+            return out
+
+        def load_weights(self, weights, version):
+            if self.fault == "stale" and version > 0:
+                self.engine._load_state_dict(self.engine.model.state_dict())  # the old weights, reloaded
+                self.engine._version = version
+                return self.engine.served_weights()
+            return super().load_weights(weights, version)
+
+    return [FaultyEngine.options(num_cpus=0).remote(cfg, index, fault) for index, fault in enumerate(faults)]
+
+
+def train_with(cfg: FasyncConfig, tmp_path, faults: list[str | None]) -> tuple[int, dict, float]:
+    """`fasync train`'s run and stop path with these engines: (exit code, summary, seconds)."""
+    import ray
+
+    from fasync.drivers.common import build_factory
+    from fasync.launch.plan import plan_resources
+    from fasync.launch.run import _train
+
+    engines = faulty_engines(cfg, faults)
+    started = time.monotonic()
+    try:
+        code = _train(cfg, plan_resources(cfg), build_factory(cfg), tmp_path, engines=engines)
+    finally:
+        for engine in engines:
+            ray.kill(engine)
+    return code, json.loads((tmp_path / "summary.json").read_text()), time.monotonic() - started
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("mode, faults, expected", [
+    # sync: every rollout waits for both engines, and only engine 1's call is left.
+    ("sync", [None, "hang"], "waiting for engine 1's generate call"),
+    # fully_async goes on while another engine still generates; with its only engine hung it stalls, and the
+    # rollouter, asked what it waits for, names the engine.
+    ("fully_async", ["hang"], "the rollouter waits for engine 0's generate call"),
+])
+def test_a_hung_engine_trips_the_watchdog_naming_the_engine(ray_session, tmp_path, mode, faults, expected):
+    cfg = tiny_config(mode=mode, resources={"num_rollout_engines": len(faults)}, train={"stall_timeout_s": 5})
+    code, summary, _ = train_with(cfg, tmp_path, faults)
+    assert code == 1 and summary["outcome"] == "failed"
+    reason = summary["stop_reason"]
+    assert reason.startswith("failed: stalled: no optimizer step for") and "train.stall_timeout_s: 5" in reason
+    assert expected in reason, reason
+    if mode == "sync":
+        assert "engine 0" not in reason, reason
+
+
+@pytest.mark.ray
+def test_an_engine_that_keeps_its_old_weights_fails_the_verified_sync(ray_session, tmp_path):
+    cfg = tiny_config(resources={"num_rollout_engines": 2})
+    code, summary, _ = train_with(cfg, tmp_path, [None, "stale"])
+    assert code == 1 and summary["outcome"] == "failed"
+    # The first versions may equal version 0 (the tiny model's first rollouts can have zero advantages, hence
+    # zero gradients): the check fails at the first version whose weights differ, and names it.
+    found = re.search(r"weight sync: engine 1 serves version (\d+) with weight checksum \w+, but the trainer sent "
+                      r"version (\d+) with checksum \w+", summary["stop_reason"])
+    assert found and found[1] == found[2] and int(found[1]) >= 1, summary["stop_reason"]
+    assert summary["weight_version"] == int(found[1])
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("max_bad_steps, outcome", [(2, "failed"), (10, "finished")])
+def test_nan_steps_are_skipped_and_too_many_in_a_row_stop_the_run(ray_session, tmp_path, max_bad_steps, outcome):
+    # The behaviour logprobs anchor the PPO ratio: NaN ones make the loss NaN on every step.
+    cfg = tiny_config(correction={"ratio_anchor": "behaviour"},
+                      train={"max_bad_steps": max_bad_steps, "num_rollouts": 3, "global_batch_size": 16,
+                             "micro_batch_size": 8})  # one step per rollout
+    code, summary, _ = train_with(cfg, tmp_path, ["nan"])
+    assert summary["outcome"] == outcome and code == (1 if outcome == "failed" else 0)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(row["nonfinite_skipped"] == 1 and row["skipped"] for row in rows)
+    assert summary["nonfinite_steps_skipped"] == len(rows) == min(max_bad_steps, 3)
+    if outcome == "failed":
+        assert "2 optimizer steps in a row had a NaN or inf loss or gradient" in summary["stop_reason"]
+        assert "train.max_bad_steps: 2" in summary["stop_reason"]
+
+
+def test_the_weight_checksum_tells_other_weights_apart_and_ignores_the_rest():
+    from fasync.rollout.engine import probed_names, weights_checksum
+
+    names = [f"layers.{i}.weight" for i in range(7)]
+    assert probed_names(names) == ["layers.0.weight", "layers.3.weight", "layers.6.weight"]
+    state = {name: torch.randn(100, 10) for name in names}
+    probed = {name: state[name] for name in probed_names(state)}
+    same = {name: tensor.clone() for name, tensor in probed.items()}
+    assert weights_checksum(probed) == weights_checksum(same)
+    same["layers.3.weight"][-1, -1] += 1e-3  # the last element is always among those checked
+    assert weights_checksum(probed) != weights_checksum(same)
+    assert weights_checksum(probed) == weights_checksum({**probed, "layers.0.weight": probed["layers.0.weight"].double()})
+
+
+# -- the stop path's signals -------------------------------------------------------------------------
+
+
+def test_a_signal_during_the_stop_skips_the_graceful_steps_and_nothing_else():
+    import os
+    import signal
+
+    from fasync.launch.signals import Stop, StopSignals
+
+    messages: list[str] = []
+    signals = StopSignals(messages.append)
+    signals.install()
+    try:
+        with pytest.raises(Stop) as stopped:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        assert stopped.value.signum == signal.SIGTERM and signals.first == signal.SIGTERM
+        signals.begin_stop()
+        ran = []
+        assert signals.graceful("the checkpoint", lambda: ran.append("checkpoint"))
+
+        def interrupted():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+            ran.append("not reached")
+
+        assert not signals.graceful("ending the actors", interrupted)
+        assert not signals.graceful("anything after", lambda: ran.append("after"))
+        os.kill(os.getpid(), signal.SIGINT)  # outside a graceful step: recorded, nothing raised
+        assert ran == ["checkpoint"] and signals.received == [signal.SIGTERM, signal.SIGINT, signal.SIGINT]
+        assert "fasync train: skipped ending the actors" in messages and any("skipping the rest" in m for m in messages)
+    finally:
+        signals.restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
