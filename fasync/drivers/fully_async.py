@@ -8,6 +8,10 @@ optimizer steps on them (one by default: see docs/fully-async.md) and, every
 `async.update_weights_interval` drains, pushes new weights through the rollouter.
 Groups staler than `async.max_weight_staleness` at the version the drain trains at are
 never trained: the rollouter drops (or regenerates) and counts them.
+
+A checkpoint waits for the weight sync in progress and the trained reports, then saves the rollouter's
+snapshot: the groups queued, taken by the next drain and in flight, with their tokens so far. A resumed run
+puts them back (`Rollouter.restore`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import ray
 from fasync import staleness as versions
 from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
 from fasync.launch.actors import RolloutActor
-from fasync.launch.wire import unpack
+from fasync.metrics.ledger import Ledger
+from fasync.launch.wire import pack, unpack
 from fasync.rollout.rollouter import RolloutState
 
 
@@ -32,33 +37,38 @@ class FullyAsyncDriver:
         self.run = run
         self.interval = run.cfg.async_.update_weights_interval
         self.rollouter = RolloutActor.remote(run.cfg, run.engines, run.factory)
+        if "rollouter" in run.restored:
+            run.record(ray.get(self.rollouter.restore.remote(pack(run.restored["rollouter"]))))
         self.running = self.rollouter.run.remote()
+        run.driver = self
         self.prefetched = None
         """The next drain's `take`, asked for as soon as this drain's groups are in."""
         self.pending_sync = None
         self.reports: list = []
         """`report_trained` calls not yet known to have run."""
-        self.seen = RolloutState()
+        self.seen = ray.get(self.rollouter.state.remote()) if run.restored else RolloutState()
         """The rollouter's state at the previous drain: its totals become per-drain figures."""
 
     def train(self) -> None:
         run = self.run
         try:
             run.wait_until_ready()
-            for drain in range(run.cfg.train.num_rollouts):
+            for drain in range(run.start_rollout, run.cfg.train.num_rollouts):
                 with Stopwatch() as wait:
                     batch, state = self.drain(drain)
                 records = run.train_batch(drain, batch, {"trainer_wait_s": wait.seconds})
-                self.reports.append(self.rollouter.report_trained.remote(len(batch.samples),
-                                                                         trained_samples(records)))
+                self.reports.append(self.rollouter.report_trained.remote(
+                    [group.group_id for group in batch.groups], len(batch.samples), trained_samples(records)))
                 with Stopwatch() as sync:
                     if versions.syncs_after(drain, self.interval):
                         self.sync()
                 run.ledger = state.ledger
                 self.describe(records, state)
+                run.record(ray.get(self.rollouter.take_journal.remote()))
                 run.write(records, sync.seconds)
-                if run.reached_target():
+                if run.should_stop():
                     break
+            run.save_checkpoint(run.stop_requested or "finished")
             self.finish()
         finally:
             self.close()
@@ -102,6 +112,18 @@ class FullyAsyncDriver:
             )
         self.seen = state
 
+    def checkpoint_state(self) -> dict:
+        """The rollouter's snapshot, once the weight sync in progress and the trained reports are done (so that
+        the engines hold the trainer's version and the ledger counts every drain trained)."""
+        if self.pending_sync is not None:
+            self._wait(self.pending_sync)
+        ray.get(self.reports)
+        self.reports = []
+        snapshot = unpack(self._wait(self.rollouter.snapshot.remote()))
+        self.run.ledger = Ledger.from_dict(snapshot["ledger"])
+        return {"journal": snapshot.pop("journal"), "engine_rngs": snapshot["engine_rngs"],
+                "draws": snapshot["factory"]["draws"], "rollouter": snapshot}
+
     def finish(self) -> None:
         """Stop generating and take the final ledger once every engine loop has ended; groups still
         in the queue stay counted as queued."""
@@ -110,6 +132,7 @@ class FullyAsyncDriver:
         ray.get(self.reports)
         ray.get(self.rollouter.stop.remote())
         self.run.ledger = ray.get(self.running)
+        self.run.record(ray.get(self.rollouter.take_journal.remote()))
 
     def _wait(self, ref):
         """ray.get that fails fast when the rollouter dies instead of waiting forever for its output."""

@@ -43,6 +43,13 @@ class EngineActor:
         self.engine.load_weights(arrays_to_weights(weights), version)
         return version
 
+    def rng_state(self):
+        """Runs after any generate call in progress (one call at a time), so the state is between calls."""
+        return self.engine.rng_state()
+
+    def set_rng_state(self, state) -> None:
+        self.engine.set_rng_state(state)
+
     @ray.method(concurrency_group="control")
     def abort(self) -> None:
         self.engine.abort()
@@ -89,8 +96,15 @@ class TrainerActor:
             pass
         return None
 
-    def save(self, path: str) -> None:
-        self.trainer.save(path)
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        from fasync.checkpoint.state import save_trainer
+
+        save_trainer(self.trainer, checkpoint_dir)
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        from fasync.checkpoint.state import load_trainer
+
+        load_trainer(self.trainer, checkpoint_dir)
 
 
 class TrainerGroup:
@@ -119,8 +133,12 @@ class TrainerGroup:
         # Every rank takes part (FSDP2 gathers each tensor from all shards); rank 0's copy is the one sent.
         return [rank.rollout_weights.remote() for rank in self.ranks][0]
 
-    def save(self, path: str) -> None:
-        ray.get([rank.save.remote(path) for rank in self.ranks])
+    def save_checkpoint(self, checkpoint_dir) -> None:
+        """Every rank writes its part of the checkpoint (`fasync.checkpoint.state.save_trainer`)."""
+        ray.get([rank.save_checkpoint.remote(str(checkpoint_dir)) for rank in self.ranks])
+
+    def load_checkpoint(self, checkpoint_dir) -> None:
+        ray.get([rank.load_checkpoint.remote(str(checkpoint_dir)) for rank in self.ranks])
 
     def kill(self) -> None:
         for rank in self.ranks:

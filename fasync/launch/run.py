@@ -11,6 +11,7 @@ from typing import Sequence
 
 import yaml
 
+from fasync.atomic import RunFileError, write_atomic, write_json_atomic
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Severity
@@ -37,23 +38,6 @@ def _check(path: str, overrides: Sequence[str]):
         _echo("fasync train: the config has errors; nothing was started.")
         return None, None, ExitCode.FAILED
     return loaded.config, loaded.raw, None
-
-
-def _run_dir(cfg: FasyncConfig, config_path: str, run_dir: str | None) -> Path:
-    chosen = run_dir or cfg.logging.run_dir
-    if chosen is None:
-        chosen = f"runs/{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path = Path(chosen).absolute()  # checkpoints are written by trainer rank 0, wherever it runs
-    if path.is_dir() and any(path.iterdir()):
-        # A rerun into the same directory must not mix with, or overwrite, the earlier run's files.
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
-        kept = path.with_name(f"{path.name}-{stamp}")
-        while kept.exists():
-            kept = kept.with_name(kept.name + "_")
-        path.rename(kept)
-        _echo(f"fasync train: the previous run in {path} was moved to {kept}")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _worker_env() -> dict:
@@ -100,6 +84,7 @@ def summarize(run, started: float, outcome: str) -> dict:
         "staleness_max": over("staleness_max", history) or 0,
         "policy_lag_max": over("policy_lag_max", history) or 0,
         "ledger": run.ledger.as_dict(),
+        "last_checkpoint": run.last_checkpoint,
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
     }
     for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
@@ -122,7 +107,14 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str) -> None:
     _echo(f"  run directory: {run_dir}")
 
 
-def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None = None, dry_run: bool = False) -> int:
+def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | None = None, dry_run: bool = False,
+          resume: str | None = None, allow_config_change: Sequence[str] = ()) -> int:
+    """`fasync train`: a new run of `config_path`, or with `resume` the run in that directory, continued from its
+    newest checkpoint (`config_path` is then optional: the run's own config.yaml)."""
+    from fasync.launch import rundir
+
+    if resume is not None:
+        return _resume(Path(resume).expanduser().resolve(), config_path, overrides, allow_config_change)
     cfg, resolved, failed = _check(config_path, overrides)
     if failed is not None:
         return failed
@@ -132,24 +124,105 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
     if dry_run:
         _echo(plan.describe())
         return ExitCode.OK
+    factory = _factory(cfg)
+    if factory is None:
+        return ExitCode.FAILED
+    directory = rundir.choose(cfg.logging.run_dir, config_path, run_dir)
+    try:
+        lock = rundir.prepare_new(directory, _echo)
+    except RunFileError as error:
+        _echo(f"fasync train: {error}")
+        return ExitCode.FAILED
+    try:
+        write_atomic(directory / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        write_atomic(directory / "plan.txt", plan.describe() + "\n")
+        return _train(cfg, plan, factory, directory)
+    except RunFileError as error:
+        _echo(f"fasync train: {error}")
+        return ExitCode.FAILED
+    finally:
+        lock.release()
 
+
+def _factory(cfg: FasyncConfig):
     from fasync.errors import ConfigurationError
 
     try:
         from fasync.drivers.common import build_factory
 
-        factory = build_factory(cfg)
+        return build_factory(cfg)
     except ConfigurationError as error:
         _echo(f"fasync train: {error}")
+        return None
+
+
+def _flatten(value, prefix: str = "") -> dict:
+    if isinstance(value, dict):
+        return {key: leaf for name, item in value.items() for key, leaf in _flatten(item, f"{prefix}{name}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+def config_changes(saved: dict, now: dict) -> dict[str, tuple]:
+    """Dotted key → (the run's value, the new value), for every key that differs."""
+    before, after = _flatten(saved), _flatten(now)
+    return {key: (before.get(key), after.get(key)) for key in sorted(before.keys() | after.keys())
+            if before.get(key) != after.get(key)}
+
+
+def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], allowed: Sequence[str]) -> int:
+    from fasync import checkpoint
+    from fasync.launch import rundir
+
+    try:
+        lock = rundir.open_for_resume(directory, _echo)
+    except RunFileError as error:
+        _echo(f"fasync train: {error}")
+        return ExitCode.USAGE
+    try:
+        saved_config = directory / "config.yaml"
+        cfg, resolved, failed = _check(config_path or str(saved_config), overrides)
+        if failed is not None:
+            return failed
+        saved, _, failed = _check(str(saved_config), ())
+        if failed is not None:
+            _echo(f"fasync train: {saved_config}: the run's own config no longer loads")
+            return failed
+        changes = config_changes(saved.model_dump(mode="json", by_alias=True),
+                                 cfg.model_dump(mode="json", by_alias=True))
+        refused = {key: change for key, change in changes.items() if key not in allowed}
+        if refused:
+            listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())
+            _echo(f"fasync train: the config differs from the run's in {listed}. Nothing was started: resume with "
+                  f"the run's config, or allow the change with --allow-config-change {','.join(refused)}")
+            return ExitCode.FAILED
+        found = checkpoint.latest(directory)
+        if found is None:
+            _echo(f"fasync train: {directory} holds no checkpoint to resume from (the run stopped before its first; "
+                  "`checkpoint.every` sets how often they are taken)")
+            return ExitCode.FAILED
+        if found.finished and not changes:
+            _echo(f"fasync train: the run in {directory} already finished ({found.meta.get('stop_reason')}, "
+                  f"{found.step} optimizer steps); nothing to resume")
+            return ExitCode.OK
+        from fasync.launch.plan import plan_resources
+
+        plan = plan_resources(cfg)
+        factory = _factory(cfg)
+        if factory is None:
+            return ExitCode.FAILED
+        if changes:
+            write_atomic(saved_config, yaml.safe_dump(resolved, sort_keys=False))
+        _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "
+              f"{found.meta['weight_version']}, rollout {found.meta['rollout']})")
+        return _train(cfg, plan, factory, directory, resume=found)
+    except RunFileError as error:
+        _echo(f"fasync train: {error}")
         return ExitCode.FAILED
-
-    directory = _run_dir(cfg, config_path, run_dir)
-    (directory / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    (directory / "plan.txt").write_text(plan.describe() + "\n")
-    return _train(cfg, plan, factory, directory)
+    finally:
+        lock.release()
 
 
-def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
+def _train(cfg: FasyncConfig, plan, factory, directory: Path, resume=None) -> int:
     import ray
 
     from fasync.drivers import driver_for
@@ -157,31 +230,50 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
     from fasync.metrics.progress import Progress
 
     started = time.monotonic()
-    # Ctrl-C while Ray starts or the driver waits on an actor becomes a KeyboardInterrupt here.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    owns_ray = _start_ray(cfg, plan)
     run = None
+
+    def on_interrupt(signum, frame):
+        # The first Ctrl-C of a started run stops it after the rollout in progress, with a checkpoint; a
+        # second one, or one before the run exists, interrupts at once.
+        if run is None or run.stop_requested is not None:
+            raise KeyboardInterrupt
+        run.request_stop("interrupted", "interrupted (Ctrl-C)")
+        _echo("fasync train: interrupted; stopping after this rollout with a checkpoint (Ctrl-C again to stop now)")
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    owns_ray = _start_ray(cfg, plan)
     outcome, code = "finished", ExitCode.OK
     try:
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})") as progress:
-            run = Run(cfg, derive(cfg), plan, factory, directory, progress)
+            run = Run(cfg, derive(cfg), plan, factory, directory, progress, resume=resume)
             driver_for(run).train()
+            if run.stop_requested == "interrupted":
+                outcome, code = "interrupted", ExitCode.INTERRUPTED
             if cfg.checkpoint.save_final:
-                run.trainer.save(str(directory / "final.pt"))
+                from fasync.checkpoint import latest
+                from fasync.checkpoint.state import export_policy
+
+                export_policy(cfg, latest(directory), directory / "export")
     except KeyboardInterrupt:
         outcome, code = "interrupted", ExitCode.INTERRUPTED
         _echo("fasync train: interrupted, stopping all actors")
+    except RunFileError as error:
+        outcome, code = "failed", ExitCode.FAILED
+        _echo(f"fasync train: the run failed: {error}")
     except Exception as error:  # noqa: BLE001 - any actor failure ends the run with its message
         outcome, code = "failed", ExitCode.FAILED
         _echo(f"fasync train: the run failed: {type(error).__name__}: {error}")
     finally:
         if run is not None:
             summary = summarize(run, started, outcome)
-            (directory / "summary.json").write_text(json.dumps(summary, indent=2))
+            try:
+                write_json_atomic(directory / "summary.json", summary)
+            except RunFileError as error:
+                _echo(f"fasync train: {error}")
+                code = code or ExitCode.FAILED
             _print_summary(summary, directory, run.ledger.describe())
             run.close()
         if owns_ray:
             ray.shutdown()
     return code
-

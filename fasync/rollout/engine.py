@@ -53,6 +53,14 @@ class RolloutEngine(ABC):
     @abstractmethod
     def _load_state_dict(self, state_dict: dict) -> None: ...
 
+    def rng_state(self):
+        """The sampling stream's state, for a checkpoint; None when the backend cannot save it (a resume
+        then continues with a fresh stream from the engine's seed)."""
+        return None
+
+    def set_rng_state(self, state) -> None:
+        """Restore what `rng_state` returned."""
+
     # -- the interface ---------------------------------------------------------------------------
 
     def generate(
