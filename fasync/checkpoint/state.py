@@ -40,6 +40,18 @@ def restore_rngs(state: dict) -> None:
 warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
 
 
+def _failures() -> tuple:
+    """What reading or writing a checkpoint raises: DCP's CheckpointException is a BaseException."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return (Exception, CheckpointException)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
 def _stateful(trainer) -> tuple[dict, dict]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -54,9 +66,13 @@ def save_trainer(trainer, checkpoint_dir: Path) -> None:
 
     model, optimizer = _stateful(trainer)
     directory = Path(checkpoint_dir) / TRAINER
-    dcp.save({"model": model, "optimizer": optimizer}, checkpoint_id=str(directory))
-    torch.save({"rollouts": trainer.rollouts, "steps": trainer.steps, "rngs": capture_rngs()},
-               directory / f"rank-{trainer.rank}.pt")
+    try:
+        dcp.save({"model": model, "optimizer": optimizer}, checkpoint_id=str(directory))
+        torch.save({"rollouts": trainer.rollouts, "steps": trainer.steps, "rngs": capture_rngs()},
+                   directory / f"rank-{trainer.rank}.pt")
+    except _failures() as error:
+        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} ({_first_line(error)}); the "
+                              "previous checkpoints are kept") from error
 
 
 def load_trainer(trainer, checkpoint_dir: Path) -> None:
@@ -71,10 +87,9 @@ def load_trainer(trainer, checkpoint_dir: Path) -> None:
         dcp.load({"model": model, "optimizer": optimizer}, checkpoint_id=str(directory))
         own = directory / f"rank-{trainer.rank}.pt"
         extra = torch.load(own if own.is_file() else directory / "rank-0.pt", weights_only=False)
-    except Exception as error:  # noqa: BLE001 - DCP and torch.load raise many kinds; the message says which
-        raise CheckpointError(f"checkpoint {checkpoint_dir}: the trainer state cannot be read "
-                              f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})") \
-            from error
+    except _failures() as error:
+        raise CheckpointError(f"checkpoint {checkpoint_dir}: the trainer state cannot be read ({_first_line(error)}); "
+                              "delete the directory to use the one before") from error
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=model, optim_state_dict=optimizer)
     trainer.rollouts, trainer.steps = extra["rollouts"], extra["steps"]
     if own.is_file():
@@ -86,9 +101,9 @@ def load_driver_state(checkpoint: Checkpoint) -> dict:
 
     try:
         return torch.load(checkpoint.path / DRIVER, weights_only=False)
-    except Exception as error:  # noqa: BLE001
-        raise CheckpointError(f"checkpoint {checkpoint.path}: {DRIVER} cannot be read ({type(error).__name__}: "
-                              f"{error}); delete the directory to use the one before") from error
+    except _failures() as error:
+        raise CheckpointError(f"checkpoint {checkpoint.path}: {DRIVER} cannot be read ({_first_line(error)}); "
+                              "delete the directory to use the one before") from error
 
 
 def load_policy(cfg, checkpoint: Checkpoint):
@@ -102,9 +117,9 @@ def load_policy(cfg, checkpoint: Checkpoint):
     state = {"model": model.state_dict()}
     try:
         dcp.load(state, checkpoint_id=str(checkpoint.path / TRAINER))
-    except Exception as error:  # noqa: BLE001
-        raise CheckpointError(f"checkpoint {checkpoint.path}: the model cannot be read ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''})") from error
+    except _failures() as error:
+        raise CheckpointError(f"checkpoint {checkpoint.path}: the model cannot be read ({_first_line(error)})") \
+            from error
     model.load_state_dict(state["model"])
     return model, tokenizer
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +93,16 @@ class RolloutBatch:
         return [sample for group in self.groups for sample in group.samples]
 
 
+@contextmanager
+def _checkpoint_errors():
+    """A trainer actor's CheckpointError as its own one line, not inside the actor's traceback."""
+    try:
+        yield
+    except ray.exceptions.RayTaskError as error:
+        cause = getattr(error, "cause", None)
+        raise cause if isinstance(cause, checkpoint.CheckpointError) else error
+
+
 class Run:
     """State every driver keeps: the actors, the weight version and when each was published, the ledger
     and the step records, and the run's checkpoints.
@@ -102,11 +113,12 @@ class Run:
 
     Checkpoints are taken between rollouts (drains), where every count, RNG and group is settled: every
     `checkpoint.every` optimizer steps (`write`) and at a stop (`save_checkpoint`). Each driver adds its
-    mode's part (`checkpoint_state`) and takes it back from `restored` when the run resumes."""
+    mode's part (`checkpoint_state`) and takes it back from `restored` when the run resumes from `resume`,
+    whose driver.pt (`resume_state`) the caller has read before any actor started."""
 
     def __init__(self, cfg: FasyncConfig, derived: Derived, plan: ResourcePlan, factory: GroupFactory,
                  run_dir: Path, progress: Progress, engines: list | None = None,
-                 resume: checkpoint.Checkpoint | None = None):
+                 resume: checkpoint.Checkpoint | None = None, resume_state: dict | None = None):
         self.cfg = cfg
         self.derived = derived
         self.plan = plan
@@ -138,7 +150,7 @@ class Run:
         self._checkpointed_step = 0
         self.last_checkpoint: str | None = None
         if resume is not None:
-            self._restore(resume)
+            self._restore(resume, resume_state)
         # The trainer's weights (version 0, or the resumed version), pushed without waiting: a driver starts its own actors before `wait_until_ready`,
         # so that they start up alongside the engines and the trainer.
         self._first_push = push_weights(self.engines, self.trainer.state_dict_ref(), self.version)
@@ -177,7 +189,8 @@ class Run:
             mode_state = self.driver.checkpoint_state() if self.driver is not None else {}
             self.record(mode_state.pop("journal", []))
             self.record(self.ledger.take_journal())
-            self.trainer.save_checkpoint(temp)
+            with _checkpoint_errors():
+                self.trainer.save_checkpoint(temp)
             engine_rngs = mode_state.pop("engine_rngs", None)
             if engine_rngs is None:
                 engine_rngs = ray.get([engine.rng_state.remote() for engine in self.engines])
@@ -215,13 +228,14 @@ class Run:
         last = self.writer.history[-1]["rollout"] + 1 if self.writer.history else self.start_rollout
         return max(last, self.start_rollout)
 
-    def _restore(self, resumed: checkpoint.Checkpoint) -> None:
+    def _restore(self, resumed: checkpoint.Checkpoint, resume_state: dict) -> None:
         """Take up `resumed`: the trainer's state, the counters, the ledger, the data cursor, the RNGs, and
         the logs cut back to where the checkpoint was taken (what came after is kept beside them)."""
-        from fasync.checkpoint.state import load_driver_state, restore_rngs
+        from fasync.checkpoint.state import restore_rngs
 
-        state = load_driver_state(resumed)
-        self.trainer.load_checkpoint(resumed.path)
+        state = resume_state
+        with _checkpoint_errors():
+            self.trainer.load_checkpoint(resumed.path)
         self.step, self.start_rollout, self.version = state["step"], state["rollout"], state["version"]
         self.clock.load_state_dict(state["clock"])
         self.ledger = Ledger.from_dict(state["ledger"])

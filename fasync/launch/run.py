@@ -204,17 +204,19 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
             _echo(f"fasync train: the run in {directory} already finished ({found.meta.get('stop_reason')}, "
                   f"{found.step} optimizer steps); nothing to resume")
             return ExitCode.OK
+        from fasync.checkpoint.state import load_driver_state
         from fasync.launch.plan import plan_resources
 
+        state = load_driver_state(found)  # a corrupt driver.pt fails here, before Ray starts
         plan = plan_resources(cfg)
         factory = _factory(cfg)
         if factory is None:
             return ExitCode.FAILED
-        if changes:
-            write_atomic(saved_config, yaml.safe_dump(resolved, sort_keys=False))
         _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "
               f"{found.meta['weight_version']}, rollout {found.meta['rollout']})")
-        return _train(cfg, plan, factory, directory, resume=found)
+        # The run's config.yaml takes the allowed changes once the run has taken up its checkpoint.
+        accept = (lambda: write_atomic(saved_config, yaml.safe_dump(resolved, sort_keys=False))) if changes else None
+        return _train(cfg, plan, factory, directory, resume=(found, state), on_resumed=accept)
     except RunFileError as error:
         _echo(f"fasync train: {error}")
         return ExitCode.FAILED
@@ -222,7 +224,10 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
         lock.release()
 
 
-def _train(cfg: FasyncConfig, plan, factory, directory: Path, resume=None) -> int:
+def _train(cfg: FasyncConfig, plan, factory, directory: Path, resume: tuple | None = None,
+           on_resumed=None) -> int:
+    """Run the driver; `resume` is (checkpoint, its driver state) to continue from, and `on_resumed` is called
+    once the run has taken it up."""
     import ray
 
     from fasync.drivers import driver_for
@@ -246,7 +251,10 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, resume=None) -> in
     try:
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})") as progress:
-            run = Run(cfg, derive(cfg), plan, factory, directory, progress, resume=resume)
+            found, state = resume if resume is not None else (None, None)
+            run = Run(cfg, derive(cfg), plan, factory, directory, progress, resume=found, resume_state=state)
+            if on_resumed is not None:
+                on_resumed()
             driver_for(run).train()
             if run.stop_requested == "interrupted":
                 outcome, code = "interrupted", ExitCode.INTERRUPTED
