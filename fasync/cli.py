@@ -205,12 +205,12 @@ def export(
         found, files = export_run(directory, step, Path(out))
     except (RunFileError, ConfigurationError) as error:
         typer.echo(f"fasync export: {error}", err=True)
-        raise typer.Exit(ExitCode.FAILED)
+        raise typer.Exit(ExitCode.FAILED) from None
     except OSError as error:
         from fasync.atomic import describe_os_error
 
         typer.echo(f"fasync export: cannot write {describe_os_error(out, error)}", err=True)
-        raise typer.Exit(ExitCode.FAILED)
+        raise typer.Exit(ExitCode.FAILED) from None
     typer.echo(f"fasync export: {found.path.name} (step {found.step}) written to {out}: {', '.join(files)}")
 
 

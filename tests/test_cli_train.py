@@ -167,3 +167,7 @@ def test_ctrl_c_stops_the_run_cleanly_and_keeps_the_summary(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["outcome"] == "interrupted"
     assert summary["optimizer_steps"] >= 3
+    # Ctrl-C stopped after the drain in progress, with a checkpoint of that very step: the run can be resumed.
+    meta = json.loads((out / "checkpoints" / summary["last_checkpoint"] / "meta.json").read_text())
+    assert meta["reason"] == "interrupted" and meta["step"] == summary["optimizer_steps"]
+    assert not (out / ".fasync-lock").exists()

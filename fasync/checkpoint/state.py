@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fasync.checkpoint import TRAINER, CheckpointError, Checkpoint
+from fasync.checkpoint import TRAINER, Checkpoint, CheckpointError
 
 
 def capture_rngs() -> dict:

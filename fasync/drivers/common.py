@@ -100,7 +100,9 @@ def _checkpoint_errors():
         yield
     except ray.exceptions.RayTaskError as error:
         cause = getattr(error, "cause", None)
-        raise cause if isinstance(cause, checkpoint.CheckpointError) else error
+        if isinstance(cause, checkpoint.CheckpointError):
+            raise cause from None
+        raise
 
 
 class Run:

@@ -21,8 +21,8 @@ import ray
 from fasync import staleness as versions
 from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
 from fasync.launch.actors import RolloutActor
-from fasync.metrics.ledger import Ledger
 from fasync.launch.wire import pack, unpack
+from fasync.metrics.ledger import Ledger
 from fasync.rollout.rollouter import RolloutState
 
 

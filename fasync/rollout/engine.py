@@ -58,7 +58,7 @@ class RolloutEngine(ABC):
         then continues with a fresh stream from the engine's seed)."""
         return None
 
-    def set_rng_state(self, state) -> None:
+    def set_rng_state(self, state) -> None:  # noqa: B027 - a backend without a savable stream keeps this
         """Restore what `rng_state` returned."""
 
     # -- the interface ---------------------------------------------------------------------------

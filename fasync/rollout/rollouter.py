@@ -37,8 +37,8 @@ from fasync.config.schema import FasyncConfig
 from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
-from fasync.rollout.types import GroupId
 from fasync.rollout.queue import GroupQueue, QueueClosed
+from fasync.rollout.types import GroupId
 
 
 @dataclass(frozen=True)
