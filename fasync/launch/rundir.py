@@ -102,6 +102,13 @@ class RunLock:
             self.held = False
 
 
+def _finished(path: Path) -> bool:
+    try:
+        return json.loads((path / "summary.json").read_text()).get("outcome") == "finished"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _check_usable(path: Path) -> None:
     if path.exists() and not path.is_dir():
         raise RunFileError(f"{path}: is a file, not a directory; choose another --run-dir")
@@ -140,7 +147,8 @@ def prepare_new(path: Path, echo=print) -> RunLock:
             old_lock.release()
             raise RunFileError(f"cannot move the previous run aside: {describe_os_error(path, error)}") from error
         (kept / LOCK).unlink(missing_ok=True)
-        echo(f"fasync train: the previous run in {path} was moved to {kept}")
+        hint = "" if _finished(kept) else f" (it had not finished: `fasync train --resume {kept}` continues it)"
+        echo(f"fasync train: the previous run in {path} was moved to {kept}{hint}")
     _mkdir(path)
     lock = RunLock(path)
     note = lock.acquire()
