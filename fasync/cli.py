@@ -34,6 +34,16 @@ class TableFormat(str, Enum):
     json = "json"
 
 
+class Framework(str, Enum):
+    verl = "verl"
+    slime = "slime"
+    miles = "miles"
+    areal = "areal"
+    prime_rl = "prime-rl"
+    openrlhf = "openrlhf"
+    trl = "trl"
+
+
 class ShowFormat(str, Enum):
     text = "text"
     yaml = "yaml"
@@ -119,6 +129,9 @@ def explain_rule(code: Annotated[str, typer.Argument(help="A code from `fasync r
 def config_show(
     targets: Annotated[list[str], typer.Argument(metavar="FILE [KEY=VALUE...]")],
     format: Annotated[ShowFormat, typer.Option("--format", help="Output format.")] = ShowFormat.text,
+    as_framework: Annotated[Framework | None, typer.Option(
+        "--as", help="Print the batch geometry, mode and staleness in this framework's own terms instead "
+        "(what `fasync import` reads back).")] = None,
 ) -> None:
     """Print the resolved config, where each value was set, and the derived quantities."""
     from fasync.config.loader import load_config
@@ -132,6 +145,13 @@ def config_show(
     if result.config is None:
         typer.echo(render(result.diagnostics, "text", files=1, color=_use_color()), err=True)
         raise typer.Exit(ExitCode.FAILED if Path(files[0]).is_file() else ExitCode.USAGE)
+    if as_framework is not None:
+        from fasync.config.derived import derive
+        from fasync.migrate import express, render_expressed
+
+        expressed = express(as_framework.value, result.config, derive(result.config))
+        typer.echo(render_expressed(expressed, files[0]), nl=False)
+        return
     typer.echo(show(result, format.value))
 
 
@@ -268,16 +288,6 @@ def simulate(
     code, output = run(files[0], overrides, calibrate or [], sweep or [], format.value)
     typer.echo(output, err=code != 0)
     raise typer.Exit(code)
-
-
-class Framework(str, Enum):
-    verl = "verl"
-    slime = "slime"
-    miles = "miles"
-    areal = "areal"
-    prime_rl = "prime-rl"
-    openrlhf = "openrlhf"
-    trl = "trl"
 
 
 @app.command("import", context_settings={"ignore_unknown_options": True})

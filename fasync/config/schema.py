@@ -15,7 +15,9 @@ Mode = Literal["sync", "async", "fully_async"]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+    # allow_inf_nan=False: `.inf` and `.nan` are valid YAML floats, but no setting means anything at either
+    # (an infinite learning rate or a NaN target reward passes every range check and ruins the run).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, allow_inf_nan=False)
 
 
 class ModelConfig(Section):
@@ -301,6 +303,12 @@ class SimulateCosts(Section):
                                               "run while they overlap on shared hardware (1: separate devices).")
 
 
+class LearningPhase(Section):
+    steps: int = Field(..., ge=1, description="Optimizer steps the policy takes to learn to stop: every completion "
+                       "of the initial policy runs to `rollout.max_new_tokens`, and that share falls linearly to none "
+                       "at this step.")
+
+
 class SimulateConfig(Section):
     lengths: Union[Literal["data", "run"], list[Annotated[int, Field(ge=1)]], LengthTail] = Field(
         "data",
@@ -310,6 +318,13 @@ class SimulateConfig(Section):
     )
     per: Literal["prompt", "sample"] = Field(
         "sample", description="A list or tail: draw one length per prompt (its group shares it) or per sample."
+    )
+    learning: Union[Literal["run"], LearningPhase, None] = Field(
+        None,
+        description="A policy still learning to stop: each completion runs to `rollout.max_new_tokens` instead of "
+        "its `lengths` with a share that depends on the optimizer steps behind the weights generating it. "
+        "Null: none (a policy that has learned); `{steps}`: all at first, none from that step on; `run`: the share "
+        "the --calibrate run's mean lengths imply, step by step.",
     )
     costs: SimulateCosts = Field(default_factory=SimulateCosts, description="Cost model overrides.")
     seed: int = Field(0, description="Seed for the simulated prompts and lengths.")

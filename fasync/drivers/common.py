@@ -20,6 +20,7 @@ from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import JOURNAL, Ledger
 from fasync.metrics.progress import Progress
+from fasync.metrics.signal import LearningSignal
 from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
 from fasync.staleness import VersionClock
@@ -29,12 +30,24 @@ REWARD_WINDOW = 3
 
 
 def build_factory(cfg: FasyncConfig) -> GroupFactory:
+    """The prompts, tokenizer and reward of a run, each checked here in the driver (the dataset against the
+    tokenizer and the context, the weight files against config.json) so that bad input stops the run before
+    Ray starts; raises ConfigurationError."""
     from fasync.data import build_dataset
+    from fasync.data.datasets import check_prompts
     from fasync.data.rewards import build_reward
+    from fasync.memory import model_dims
     from fasync.model import build_tokenizer
 
     tokenizer = build_tokenizer(cfg.model, cfg.data)
-    return GroupFactory(cfg, tokenizer, build_dataset(cfg.data), build_reward(cfg.reward))
+    dataset = build_dataset(cfg.data)
+    dims = model_dims(cfg)
+    check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
+    if cfg.model.path is not None:
+        from fasync.model.weights import check_weights
+
+        check_weights(cfg.model.path)
+    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward))
 
 
 def generate(engines: list, groups: list[PromptGroup], params) -> list[PromptGroup]:
@@ -129,6 +142,7 @@ class Run:
         self.writer = MetricsWriter(run_dir, cfg.mode)
         self.journal = JsonlAppender(run_dir / JOURNAL)
         self.ledger = Ledger()
+        self.signal = LearningSignal()
         self.factory = factory
         self._owns_engines = engines is None
         # Every GPU of the run reserved at once, before any actor starts (fasync/launch/plan.py).
@@ -199,10 +213,13 @@ class Run:
             draws = mode_state.pop("draws", self.factory.cursor)
             self.journal.append({"event": "end" if reason == "finished" else "checkpoint", "step": self.step,
                                  "draws": draws})
+            # The learning-signal streaks go on too, so that a resumed run's rows and warnings are the
+            # uninterrupted run's.
             state = {
                 "step": self.step, "rollout": self.next_rollout, "version": self.version,
                 "clock": self.clock.state_dict(), "ledger": self.ledger.as_dict(),
-                "recent_rewards": list(self.recent_rewards), "factory": self.factory.state_dict(),
+                "recent_rewards": list(self.recent_rewards), "signal": self.signal,
+                "factory": self.factory.state_dict(),
                 "rngs": capture_rngs(), "engine_rngs": engine_rngs, "mode": mode_state,
                 "metrics_bytes": self.writer.size, "journal_bytes": self.journal.size,
                 "wall_time": self.writer.elapsed,
@@ -242,6 +259,7 @@ class Run:
         self.clock.load_state_dict(state["clock"])
         self.ledger = Ledger.from_dict(state["ledger"])
         self.recent_rewards.extend(state["recent_rewards"])
+        self.signal = state["signal"]
         self.factory.load_state_dict(state["factory"])
         restore_rngs(state["rngs"])
         ray.get([engine.set_rng_state.remote(rng) for engine, rng in zip(self.engines, state["engine_rngs"])])
@@ -341,7 +359,10 @@ class Run:
             record["tokens_per_s"] = tokens / elapsed
             record["samples_per_s"] = samples / elapsed
             record["ledger_balanced"] = self.ledger.balanced
+            warnings = self.signal.observe(record)
             self.progress.update(self.writer.write(record))
+            for warning in warnings:
+                self.progress.message(f"warning: {warning}")
             if record.get("skipped"):
                 self.progress.message(f"warning: step {record['step']} took no optimizer step: {record['skip_reason']}")
         self.record(self.ledger.take_journal())

@@ -85,6 +85,7 @@ def summarize(run, started: float, outcome: str) -> dict:
         "ledger": run.ledger.as_dict(),
         "last_checkpoint": run.last_checkpoint,
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
+        "warnings": run.signal.warnings,
     }
     for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
         summary[f"total_{phase}"] = round(over(phase, history), 3)
@@ -102,6 +103,8 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str) -> None:
     if summary["correction"]:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(summary["correction"].items()) if v is not None)
         _echo(f"  correction (last step): {shown}")
+    for warning in summary["warnings"]:
+        _echo(f"  warning: {warning}")
     _echo(f"  samples: {ledger_text}")
     _echo(f"  run directory: {run_dir}")
 
@@ -123,7 +126,7 @@ def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str |
     if dry_run:
         _echo(plan.describe())
         return ExitCode.OK
-    factory = _factory(cfg)
+    factory = _factory(cfg, config_path)
     if factory is None:
         return ExitCode.FAILED
     directory = rundir.choose(cfg.logging.run_dir, config_path, run_dir)
@@ -143,9 +146,11 @@ def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str |
         lock.release()
 
 
-def _factory(cfg: FasyncConfig):
+def _factory(cfg: FasyncConfig, config_path: str):
+    from fasync.data.rewards import extend_import_path
     from fasync.errors import ConfigurationError
 
+    extend_import_path(Path(config_path).parent)
     try:
         from fasync.drivers.common import build_factory
 
@@ -208,7 +213,7 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
 
         state = load_driver_state(found)  # a corrupt driver.pt fails here, before Ray starts
         plan = plan_resources(cfg)
-        factory = _factory(cfg)
+        factory = _factory(cfg, config_path or str(saved_config))
         if factory is None:
             return ExitCode.FAILED
         _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "
@@ -231,6 +236,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, resume: tuple | No
 
     from fasync.drivers import driver_for
     from fasync.drivers.common import Run
+    from fasync.errors import ConfigurationError
     from fasync.metrics.progress import Progress
 
     started = time.monotonic()
@@ -268,6 +274,9 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, resume: tuple | No
     except RunFileError as error:
         outcome, code = "failed", ExitCode.FAILED
         _echo(f"fasync train: the run failed: {error}")
+    except ConfigurationError as error:  # bad input met while running (a reward that is not a number), here or in
+        outcome, code = "failed", ExitCode.FAILED  # an actor, whose RayTaskError is one too: print the original
+        _echo(f"fasync train: the run failed: {getattr(error, 'cause', None) or error}")
     except Exception as error:  # noqa: BLE001 - any actor failure ends the run with its message
         outcome, code = "failed", ExitCode.FAILED
         _echo(f"fasync train: the run failed: {type(error).__name__}: {error}")
