@@ -157,21 +157,81 @@ def config_show(
 
 @app.command()
 def train(
-    targets: Annotated[list[str], typer.Argument(metavar="FILE [KEY=VALUE...]",
-                                                 help="The config file, then overrides such as train.lr=1e-4.")],
+    targets: Annotated[list[str] | None, typer.Argument(metavar="FILE [KEY=VALUE...]",
+                                                        help="The config file, then overrides such as "
+                                                        "train.lr=1e-4 (with --resume: optional).")] = None,
     run_dir: Annotated[str | None, typer.Option("--run-dir", help="Where the run writes its files "
                                                 "(default: logging.run_dir, else runs/<name>-<time>).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Load, check and plan the actors, print the plan, "
                                           "and exit without training.")] = False,
+    resume: Annotated[str | None, typer.Option("--resume", metavar="RUN_DIR", help="Continue the run in RUN_DIR "
+                                               "from its newest checkpoint, with its own config unless FILE is "
+                                               "given.")] = None,
+    allow_config_change: Annotated[str | None, typer.Option("--allow-config-change", metavar="KEY,...",
+                                                            help="With --resume: config keys that may differ "
+                                                            "from the run's.")] = None,
 ) -> None:
-    """Check the config, start the actors on Ray and train. Exit 0: done, 1: problems in the config or a failed
-    run, 2: bad usage or a missing config file, 130: interrupted."""
+    """Check the config, start the actors on Ray and train. Exit 0: done (or resuming a finished run), 1: problems
+    in the config or a failed run, 2: bad usage, a missing config file or a --resume that is no run directory,
+    130: interrupted (resumable)."""
     from fasync.launch.run import train as run_training
 
-    files, overrides = split_targets(targets)
-    if len(files) != 1:
+    files, overrides = split_targets(targets or [])
+    if resume is not None:
+        if len(files) > 1 or run_dir is not None or dry_run:
+            _fail("fasync train --resume RUN_DIR: give at most one config file, and no --run-dir or --dry-run")
+    elif len(files) != 1:
         _fail("fasync train: give exactly one config file")
-    raise typer.Exit(run_training(files[0], overrides, run_dir=run_dir, dry_run=dry_run))
+    elif allow_config_change is not None:
+        _fail("fasync train: --allow-config-change only goes with --resume")
+    raise typer.Exit(run_training(files[0] if files else None, overrides, run_dir=run_dir, dry_run=dry_run,
+                                  resume=resume, allow_config_change=_codes(allow_config_change) or []))
+
+
+@app.command()
+def ledger(run_dir: Annotated[str, typer.Argument(metavar="RUN_DIR", help="A run directory.")]) -> None:
+    """Audit a run's sample ledger across all its resumes: produced = trained + dropped + queued + in flight, no
+    prompt group trained twice, every prompt drawn accounted for, drops by completion length. Exit 0: every
+    invariant holds, 1: one fails, 2: no run directory."""
+    from fasync.metrics.ledger import audit_run
+
+    try:
+        result = audit_run(Path(run_dir))
+    except FileNotFoundError as error:
+        _fail(f"fasync ledger: {error}")
+    typer.echo(result.describe())
+    raise typer.Exit(ExitCode.OK if result.ok else ExitCode.FAILED)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[str, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
+    out: Annotated[str, typer.Argument(metavar="OUT", help="The directory to write the model to.")],
+    step: Annotated[int | None, typer.Option("--step", help="The checkpoint after this many optimizer steps "
+                                             "(default: the newest).")] = None,
+) -> None:
+    """Export a checkpoint's policy for use elsewhere: a Hugging Face model with save_pretrained (safetensors)
+    and its tokenizer; the embedded model as model.safetensors and fasync_model.json. Exit 0: written, 1: the
+    checkpoint cannot be used, 2: no run directory."""
+    from fasync.atomic import RunFileError
+    from fasync.errors import ConfigurationError
+
+    directory = Path(run_dir)
+    if not (directory / "config.yaml").is_file():
+        _fail(f"fasync export: {run_dir}: not a fasync run directory (no config.yaml)")
+    from fasync.checkpoint.state import export_run
+
+    try:
+        found, files = export_run(directory, step, Path(out))
+    except (RunFileError, ConfigurationError) as error:
+        typer.echo(f"fasync export: {error}", err=True)
+        raise typer.Exit(ExitCode.FAILED) from None
+    except OSError as error:
+        from fasync.atomic import describe_os_error
+
+        typer.echo(f"fasync export: cannot write {describe_os_error(out, error)}", err=True)
+        raise typer.Exit(ExitCode.FAILED) from None
+    typer.echo(f"fasync export: {found.path.name} (step {found.step}) written to {out}: {', '.join(files)}")
 
 
 @app.command()

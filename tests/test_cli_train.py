@@ -135,14 +135,15 @@ def test_each_mode_learns_and_leaves_config_metrics_and_summary(ray_session, tmp
 
 
 def test_a_rerun_into_the_same_directory_keeps_the_earlier_run(tmp_path):
-    from fasync.config.schema import FasyncConfig
-    from fasync.launch.run import _run_dir
+    from fasync.launch import rundir
 
     out = tmp_path / "out"
     out.mkdir()
+    (out / rundir.MARKER).write_text("{}")
     (out / "metrics.jsonl").write_text('{"step": 0}\n')
-    fresh = _run_dir(FasyncConfig(), "run.yaml", str(out))
-    assert fresh == out and not any(out.iterdir())
+    fresh = rundir.choose(None, "run.yaml", str(out))
+    rundir.prepare_new(fresh, lambda line: None).release()
+    assert fresh == out and [p.name for p in out.iterdir()] == [rundir.MARKER]
     kept = [p for p in tmp_path.iterdir() if p.name.startswith("out-")]
     assert len(kept) == 1 and (kept[0] / "metrics.jsonl").read_text() == '{"step": 0}\n'
 
@@ -167,6 +168,10 @@ def test_ctrl_c_stops_the_run_cleanly_and_keeps_the_summary(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["outcome"] == "interrupted"
     assert summary["optimizer_steps"] >= 3
+    # Ctrl-C stopped after the drain in progress, with a checkpoint of that very step: the run can be resumed.
+    meta = json.loads((out / "checkpoints" / summary["last_checkpoint"] / "meta.json").read_text())
+    assert meta["reason"] == "interrupted" and meta["step"] == summary["optimizer_steps"]
+    assert not (out / ".fasync-lock").exists()
 
 
 # -- issue 19 §3/§4: bad data before Ray, runs that learn nothing, rewards next to the config --------

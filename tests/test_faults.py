@@ -238,3 +238,26 @@ def test_a_signal_during_the_stop_skips_the_graceful_steps_and_nothing_else():
     finally:
         signals.restore()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_first_signal_of_a_started_run_asks_it_to_stop_cleanly_and_a_second_stops_it_now():
+    import os
+    import signal
+
+    from fasync.launch.signals import Stop, StopSignals
+
+    messages: list[str] = []
+    asked: list[int] = []
+    signals = StopSignals(messages.append, cooperative=lambda signum: asked.append(signum) or True)
+    signals.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # the run stops at the end of its rollout, with a checkpoint
+        time.sleep(0.2)
+        assert asked == [signal.SIGTERM]
+        with pytest.raises(Stop) as stopped:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        assert stopped.value.signum == signal.SIGINT and asked == [signal.SIGTERM] and signals.first == signal.SIGTERM
+        assert any("SIGINT again: skipping the rest of the clean stop" in m for m in messages)
+    finally:
+        signals.restore()

@@ -4,7 +4,10 @@ known lengths shows what a call holds and when groups leave it."""
 from __future__ import annotations
 
 import asyncio
+import json
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from sections import with_sections
@@ -163,3 +166,77 @@ def test_a_drain_drops_groups_too_stale_for_its_version_and_regenerates_them():
     regenerated = [group.group_id for group in second if group.group_id.attempt == 1]
     assert len(regenerated) == stale and {g.draw for g in regenerated} == set(range(4, 8))
     assert state.ledger.balanced and ledger.balanced
+
+
+class CheckpointedEngine(ScriptedEngine):
+    """A scripted engine with a sampling stream to save and restore, as a checkpoint needs."""
+
+    def __init__(self):
+        super().__init__()
+        self.rng = 0
+        self.rng_state = Method(lambda: self.rng)
+        self.set_rng_state = Method(self._set_rng)
+
+    def _set_rng(self, state):
+        self.rng = state
+
+
+def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_them_from_their_prefix():
+    from fasync.metrics.ledger import audit
+
+    cfg, engine, first = rollouter_for(partial=True, tokens_per_call=2)
+    engine = CheckpointedEngine()
+    first.engines = [engine]
+    engine.rng = 7
+    journal: list[dict] = []
+
+    async def before_the_kill():
+        running = asyncio.create_task(first.run())
+        groups, _ = unpack(await first.take(cfg.rollout.batch_size, train_version=0))
+        first.report_trained([g.group_id for g in groups], len(groups) * N, len(groups) * N)
+        snapshot = unpack(await first.snapshot())
+        # What the killed process did after the checkpoint is lost with it.
+        await first.take(cfg.rollout.batch_size, train_version=0)
+        await first.stop()
+        await running
+        return snapshot
+
+    snapshot = asyncio.run(before_the_kill())
+    journal += snapshot.pop("journal")
+    in_flight, waiting = snapshot["in_flight"], snapshot["waiting"]
+    assert waiting and all(group.finished for group in waiting)
+    partial = [g for g in in_flight if any(req.output_ids for req in g.requests) and not g.finished]
+    assert partial, "the snapshot caught no group part-way through its generation"
+    assert snapshot["engine_rngs"] == [7]
+
+    cfg, _, second = rollouter_for(partial=True, tokens_per_call=2)
+    engine = CheckpointedEngine()
+    second.engines = [engine]
+    prefixes = {req.request_id: len(req.output_ids) for g in partial for req in g.requests}
+
+    async def after_the_resume():
+        journal.extend(await second.restore(pack({**snapshot, "journal": []})))
+        running = asyncio.create_task(second.run())
+        for _ in range(4):
+            groups, _ = unpack(await second.take(cfg.rollout.batch_size, train_version=0))
+            second.report_trained([g.group_id for g in groups], len(groups) * N, len(groups) * N)
+        await second.stop()
+        await running
+
+    asyncio.run(after_the_resume())
+    journal += second.take_journal()
+    assert engine.rng == 7
+    # Each partial request's first call after the resume started from the tokens it had at the checkpoint.
+    first_seen = {}
+    for call in engine.calls:
+        for request_id, had in call:
+            first_seen.setdefault(request_id, had)
+    assert all(first_seen[rid] == had for rid, had in prefixes.items() if rid in first_seen)
+    assert any(had > 0 for rid, had in prefixes.items() if rid in first_seen)
+
+    path = Path(tempfile.mkdtemp()) / "ledger.jsonl"
+    path.write_text("".join(json.dumps(entry) + "\n" for entry in journal))
+    result = audit(path)
+    assert result.ok, result.describe()
+    assert result.states["trained"] == 5 * cfg.rollout.batch_size
+    assert second.ledger.balanced

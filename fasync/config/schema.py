@@ -282,8 +282,15 @@ class LoggingConfig(Section):
 
 
 class CheckpointConfig(Section):
-    every: int = Field(0, ge=0, description="Save the policy every this many rollouts (0: never during the run).")
-    save_final: bool = Field(False, description="Save the policy when the run ends.")
+    every: int = Field(0, ge=0, description="Write a checkpoint (model, optimizer, RNGs, data cursor, ledger, "
+                       "queued and in-flight groups) at the end of the first rollout (fully_async: drain) by which "
+                       "another this many optimizer steps were taken; `fasync train --resume RUN_DIR` continues "
+                       "from the newest. 0: only at a stop (the end, Ctrl-C).")
+    keep: int = Field(2, ge=1, description="Keep the newest this many checkpoints; older ones are deleted once a "
+                      "new one is complete.")
+    save_final: bool = Field(False, description="At the end, also export the policy for use elsewhere to "
+                             "RUN_DIR/export (a Hugging Face model: save_pretrained with safetensors; "
+                             "`fasync export` does the same for any checkpoint).")
 
 
 class LintConfig(Section):

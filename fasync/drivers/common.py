@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
 
+from fasync import checkpoint
+from fasync.atomic import JsonlAppender
 from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
 from fasync.launch.actors import TrainerGroup, push_weights, start_engines
@@ -16,7 +19,7 @@ from fasync.launch.faults import TooManyBadSteps, Watchdog, WeightSyncMismatch
 from fasync.launch.placement import Placement
 from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import pack, unpack
-from fasync.metrics.ledger import Ledger
+from fasync.metrics.ledger import JOURNAL, Ledger
 from fasync.metrics.progress import Progress
 from fasync.metrics.signal import LearningSignal
 from fasync.metrics.trackers import open_trackers
@@ -100,21 +103,41 @@ class RolloutBatch:
     rounds: int | None = 1
     """Generation rounds dynamic sampling took; None where there are no rounds (fully_async streams)."""
     drops: Counter = field(default_factory=Counter)
+    """Samples dropped while collecting, by reason."""
 
     @property
     def samples(self):
         return [sample for group in self.groups for sample in group.samples]
 
 
+@contextmanager
+def _checkpoint_errors():
+    """A trainer actor's CheckpointError as its own one line, not inside the actor's traceback."""
+    try:
+        yield
+    except ray.exceptions.RayTaskError as error:
+        cause = getattr(error, "cause", None)
+        if isinstance(cause, checkpoint.CheckpointError):
+            raise cause from None
+        raise
+
+
 class Run:
     """State every driver keeps: the actors, the weight version and when each was published, the ledger
-    and the step records.
+    and the step records, and the run's checkpoints.
 
     `ledger` is the run's sample ledger. sync and async keep it here, where their samples are; fully_async's
-    rollouter keeps it, and the driver puts the copy each drain brings here."""
+    rollouter keeps it, and the driver puts the copy each drain brings here. Its journal goes to the run
+    directory's ledger.jsonl (`record`).
+
+    Checkpoints are taken between rollouts (drains), where every count, RNG and group is settled: every
+    `checkpoint.every` optimizer steps (`write`) and at a stop (`save_checkpoint`). Each driver adds its
+    mode's part (`checkpoint_state`) and takes it back from `restored` when the run resumes from `resume`,
+    whose driver.pt (`resume_state`) the caller has read before any actor started."""
 
     def __init__(self, cfg: FasyncConfig, derived: Derived, plan: ResourcePlan, factory: GroupFactory,
-                 run_dir: Path, progress: Progress, engines: list | None = None):
+                 run_dir: Path, progress: Progress, engines: list | None = None,
+                 resume: checkpoint.Checkpoint | None = None, resume_state: dict | None = None):
         self.cfg = cfg
         self.derived = derived
         self.plan = plan
@@ -122,6 +145,7 @@ class Run:
         self.progress = progress
         self.writer = MetricsWriter(run_dir, cfg.mode, open_trackers(
             cfg.logging, run_dir, cfg.model_dump(mode="json", by_alias=True)))
+        self.journal = JsonlAppender(run_dir / JOURNAL)
         self.ledger = Ledger()
         self.signal = LearningSignal()
         self.factory = factory
@@ -145,9 +169,21 @@ class Run:
         self.recent_rewards: deque[float] = deque(maxlen=REWARD_WINDOW)
         self._last_record_time = time.monotonic()
         self.stop_reason: str | None = None
-        """Why the driver stopped early (the target reward); None when it ran all its rollouts."""
-        # Version 0, pushed without waiting: a driver starts its own actors before `wait_until_ready`,
-        # so that they start up alongside the engines and the trainer.
+        """Why the driver stopped early (the target reward, a requested stop); None when it ran all its rollouts."""
+        self.stop_requested: str | None = None
+        """The outcome a stop was asked for with (`request_stop`); the drivers stop at the next rollout's end."""
+        self.start_rollout = 0
+        """The first rollout (drain) this process trains: 0, or where the resumed checkpoint left off."""
+        self.driver = None
+        """The mode's driver, which adds its state to a checkpoint (`checkpoint_state`)."""
+        self.restored: dict = {}
+        """The mode's state from the resumed checkpoint, for the driver to take up."""
+        self._checkpointed_step = 0
+        self.last_checkpoint: str | None = None
+        if resume is not None:
+            self._restore(resume, resume_state)
+        # The trainer's weights (version 0, or the resumed version), pushed without waiting: a driver starts
+        # its own actors before `wait_until_ready`, so that they start up alongside the engines and the trainer.
         self._first_push = self.push(self.version)
 
     def wait_until_ready(self) -> None:
@@ -180,6 +216,102 @@ class Run:
                     f"weight sync: engine {index} serves version {served_version} with weight checksum "
                     f"{checksum or 'none'}, but the trainer sent version {version} with checksum {sent}: the "
                     "engine did not load the weights it was sent")
+
+    # -- checkpoints -------------------------------------------------------------------------------
+
+    def request_stop(self, outcome: str, reason: str) -> None:
+        """Stop at the end of the rollout (drain) in progress, with a checkpoint (Ctrl-C, SIGTERM)."""
+        self.stop_requested = outcome
+        self.stop_reason = reason
+
+    def should_stop(self) -> bool:
+        """After each rollout (drain): the target reached, or a stop requested."""
+        return self.stop_requested is not None or self.reached_target()
+
+    def record(self, entries: list[dict]) -> None:
+        """Append ledger journal entries to ledger.jsonl."""
+        for entry in entries:
+            self.journal.append(entry)
+
+    def save_checkpoint(self, reason: str) -> Path:
+        """Write a checkpoint of the run as it stands between two rollouts (drains); `reason` is "every", or
+        the outcome of a stop ("finished", "interrupted", "terminated"). Returns its directory. Raises
+        CheckpointError (one line) when it cannot be written; the previous checkpoints are kept."""
+        import torch
+
+        from fasync.checkpoint.state import capture_rngs
+
+        temp = checkpoint.begin(self.run_dir, self.step)
+        try:
+            mode_state = self.driver.checkpoint_state() if self.driver is not None else {}
+            self.record(mode_state.pop("journal", []))
+            self.record(self.ledger.take_journal())
+            with _checkpoint_errors():
+                self.trainer.save_checkpoint(temp)
+            engine_rngs = mode_state.pop("engine_rngs", None)
+            if engine_rngs is None:
+                engine_rngs = ray.get([engine.rng_state.remote() for engine in self.engines])
+            draws = mode_state.pop("draws", self.factory.cursor)
+            self.journal.append({"event": "end" if reason == "finished" else "checkpoint", "step": self.step,
+                                 "draws": draws})
+            # The learning-signal streaks go on too, so that a resumed run's rows and warnings are the
+            # uninterrupted run's.
+            state = {
+                "step": self.step, "rollout": self.next_rollout, "version": self.version,
+                "clock": self.clock.state_dict(), "ledger": self.ledger.as_dict(),
+                "recent_rewards": list(self.recent_rewards), "signal": self.signal,
+                "factory": self.factory.state_dict(),
+                "rngs": capture_rngs(), "engine_rngs": engine_rngs, "mode": mode_state,
+                "metrics_bytes": self.writer.size, "journal_bytes": self.journal.size,
+                "wall_time": self.writer.elapsed,
+            }
+            torch.save(state, temp / checkpoint.DRIVER)
+        except OSError as error:
+            checkpoint.abandon(temp)
+            raise checkpoint.CheckpointError(f"cannot write a checkpoint: {error}; the previous ones are kept") \
+                from error
+        except BaseException:
+            checkpoint.abandon(temp)
+            raise
+        final = checkpoint.commit(temp, {
+            "step": self.step, "rollout": self.next_rollout, "weight_version": self.version, "reason": reason,
+            "finished": reason == "finished", "mode": self.cfg.mode, "strategy": self.derived.train_strategy,
+            "trainer_ranks": self.cfg.resources.trainer_ranks, "stop_reason": self.stop_reason or (
+                f"completed all {self.cfg.train.num_rollouts} rollouts" if reason == "finished" else reason),
+        }, self.cfg.checkpoint.keep)
+        self._checkpointed_step = self.step
+        self.last_checkpoint = final.name
+        return final
+
+    @property
+    def next_rollout(self) -> int:
+        """The rollout (drain) after the last one written."""
+        last = self.writer.history[-1]["rollout"] + 1 if self.writer.history else self.start_rollout
+        return max(last, self.start_rollout)
+
+    def _restore(self, resumed: checkpoint.Checkpoint, resume_state: dict) -> None:
+        """Take up `resumed`: the trainer's state, the counters, the ledger, the data cursor, the RNGs, and
+        the logs cut back to where the checkpoint was taken (what came after is kept beside them)."""
+        from fasync.checkpoint.state import restore_rngs
+
+        state = resume_state
+        with _checkpoint_errors():
+            self.trainer.load_checkpoint(resumed.path)
+        self.step, self.start_rollout, self.version = state["step"], state["rollout"], state["version"]
+        self.clock.load_state_dict(state["clock"])
+        self.ledger = Ledger.from_dict(state["ledger"])
+        self.recent_rewards.extend(state["recent_rewards"])
+        self.signal = state["signal"]
+        self.factory.load_state_dict(state["factory"])
+        restore_rngs(state["rngs"])
+        ray.get([engine.set_rng_state.remote(rng) for engine, rng in zip(self.engines, state["engine_rngs"])])
+        marker = {"step": self.step, "rollout": self.start_rollout, "checkpoint": resumed.path.name}
+        self.writer.resume(state["metrics_bytes"], state["wall_time"], marker)
+        self.journal.rewind(state["journal_bytes"])
+        self.journal.append({"event": "resume", **marker})
+        self.restored = state["mode"]
+        self._checkpointed_step = self.step
+        self.last_checkpoint = resumed.path.name
 
     def next_version(self) -> int:
         """The trainer's weights become the next version, published after the steps taken so far."""
@@ -217,11 +349,12 @@ class Run:
         want = cfg.batch_size
         while len(kept) < cfg.batch_size and rounds < (cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
             groups = self.factory.new_groups(want)
-            self.ledger.admit(sum(g.size for g in groups))
+            self.ledger.admit(sum(g.size for g in groups), groups)
             for group in generate(self.engines, groups, self.factory.params, self.watchdog):
                 self.factory.score(group)
                 if cfg.dynamic_sampling and zero_variance(group):
                     drops["zero_variance"] += group.size
+                    self.ledger.drop("zero_variance", group.size, [group])
                 else:
                     kept.append(group)
             rounds += 1
@@ -229,9 +362,8 @@ class Run:
         surplus = kept[cfg.batch_size:]
         kept = kept[: cfg.batch_size]
         drops["surplus"] += sum(g.size for g in surplus)
-        for reason, count in drops.items():
-            self.ledger.drop(reason, count)
-        self.ledger.deliver(sum(g.size for g in kept))
+        self.ledger.drop("surplus", sum(g.size for g in surplus), surplus)
+        self.ledger.deliver(sum(g.size for g in kept), kept)
         return RolloutBatch(kept, time.monotonic() - start, rounds, drops)
 
     def train_batch(self, rollout: int, batch: RolloutBatch, extra: dict | None = None) -> list[dict]:
@@ -268,6 +400,8 @@ class Run:
         return records
 
     def write(self, records: list[dict], weight_sync_time_s: float = 0.0) -> None:
+        """Write a rollout's (drain's) step records and the ledger's journal; a checkpoint follows when the
+        steps taken passed a multiple of `checkpoint.every`."""
         if records:
             records[-1]["weight_sync_time_s"] = weight_sync_time_s
         now = time.monotonic()
@@ -295,9 +429,10 @@ class Run:
                 f"last at step {too_many[1]}; train.max_bad_steps: {self.cfg.train.max_bad_steps}): the "
                 "run stops without saving these weights")
         self.watchdog.progressed()
+        self.record(self.ledger.take_journal())
         every = self.cfg.checkpoint.every
-        if records and every and (records[-1]["rollout"] + 1) % every == 0:
-            self.trainer.save(str(self.run_dir / f"checkpoint-{records[-1]['rollout'] + 1}.pt"))
+        if every and self.step // every > self._checkpointed_step // every:
+            self.save_checkpoint("every")
 
     def count_bad_step(self, record: dict) -> None:
         if record.get("nonfinite_skipped"):
@@ -317,6 +452,7 @@ class Run:
     def close(self) -> None:
         """Flush the metrics and end the actors this run started."""
         self.writer.close()
+        self.journal.close()
         self.trainer.kill()
         for engine in self.engines if self._owns_engines else ():
             ray.kill(engine)

@@ -8,6 +8,10 @@ optimizer steps on them (one by default: see docs/fully-async.md) and, every
 `async.update_weights_interval` drains, pushes new weights through the rollouter.
 Groups staler than `async.max_weight_staleness` at the version the drain trains at are
 never trained: the rollouter drops (or regenerates) and counts them.
+
+A checkpoint waits for the weight sync in progress and the trained reports, then saves the rollouter's
+snapshot: the groups queued, taken by the next drain and in flight, with their tokens so far. A resumed run
+puts them back (`Rollouter.restore`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
 from fasync.errors import ConfigurationError
 from fasync.launch.actors import RolloutActor
 from fasync.launch.faults import POLL_S, ActorFailed, describe_failure
-from fasync.launch.wire import unpack
+from fasync.launch.wire import pack, unpack
+from fasync.metrics.ledger import Ledger
 from fasync.rollout.rollouter import RolloutState
 
 
@@ -35,34 +40,39 @@ class FullyAsyncDriver:
         self.interval = run.cfg.async_.update_weights_interval
         self.rollouter = RolloutActor.remote(run.cfg, run.engines, run.factory)
         run.watchdog.name_actors([self.rollouter], ["the rollouter"])
+        if "rollouter" in run.restored:
+            run.record(ray.get(self.rollouter.restore.remote(pack(run.restored["rollouter"]))))
         self.running = self.rollouter.run.remote()
+        run.driver = self
         self.prefetched = None
         """The next drain's `take`, asked for as soon as this drain's groups are in."""
         self.pending_sync: tuple[int, object] | None = None
         """(version, the rollouter's `update_weights` call) of the weight sync under way."""
         self.reports: list = []
         """`report_trained` calls not yet known to have run."""
-        self.seen = RolloutState()
+        self.seen = ray.get(self.rollouter.state.remote()) if run.restored else RolloutState()
         """The rollouter's state at the previous drain: its totals become per-drain figures."""
 
     def train(self) -> None:
         run = self.run
         try:
             run.wait_until_ready()
-            for drain in range(run.cfg.train.num_rollouts):
+            for drain in range(run.start_rollout, run.cfg.train.num_rollouts):
                 with Stopwatch() as wait:
                     batch, state = self.drain(drain)
                 records = run.train_batch(drain, batch, {"trainer_wait_s": wait.seconds})
-                self.reports.append(self.rollouter.report_trained.remote(len(batch.samples),
-                                                                         trained_samples(records)))
+                self.reports.append(self.rollouter.report_trained.remote(
+                    [group.group_id for group in batch.groups], len(batch.samples), trained_samples(records)))
                 with Stopwatch() as sync:
                     if versions.syncs_after(drain, self.interval):
                         self.sync()
                 run.ledger = state.ledger
                 self.describe(records, state)
+                run.record(self._wait(self.rollouter.take_journal.remote(), "the rollouter's journal"))
                 run.write(records, sync.seconds)
-                if run.reached_target():
+                if run.should_stop():
                     break
+            run.save_checkpoint(run.stop_requested or "finished")
             self.finish()
         finally:
             self.close()
@@ -112,6 +122,17 @@ class FullyAsyncDriver:
             )
         self.seen = state
 
+    def checkpoint_state(self) -> dict:
+        """The rollouter's snapshot, once the weight sync in progress and the trained reports are done (so that
+        the engines hold the trainer's version and the ledger counts every drain trained)."""
+        self.finish_sync()
+        self.run.watchdog.get(self.reports, ["the rollouter's ledger report"] * len(self.reports))
+        self.reports = []
+        snapshot = unpack(self._wait(self.rollouter.snapshot.remote(), "the rollouter's snapshot"))
+        self.run.ledger = Ledger.from_dict(snapshot["ledger"])
+        return {"journal": snapshot.pop("journal"), "engine_rngs": snapshot["engine_rngs"],
+                "draws": snapshot["factory"]["draws"], "rollouter": snapshot}
+
     def finish(self) -> None:
         """Stop generating and take the final ledger once every engine loop has ended; groups still
         in the queue stay counted as queued."""
@@ -120,6 +141,7 @@ class FullyAsyncDriver:
         self.run.watchdog.get([self.rollouter.stop.remote()], ["the rollouter's stop"])
         self.run.ledger = self.run.watchdog.get([self.running], ["the rollouter's last generate calls"])[0]
         self.running = None
+        self.run.record(ray.get(self.rollouter.take_journal.remote()))  # the engine loops have ended
 
     def _wait(self, ref, label: str):
         """The result of a call to the rollouter, failing fast when the rollouter dies (with its error, which

@@ -13,16 +13,22 @@ class SyncDriver:
 
     def __init__(self, run: Run):
         self.run = run
+        run.driver = self
 
     def train(self) -> None:
         run = self.run
         run.wait_until_ready()
-        for rollout in range(run.cfg.train.num_rollouts):
+        for rollout in range(run.start_rollout, run.cfg.train.num_rollouts):
             batch = run.collect()
             records = run.train_batch(rollout, batch)
-            run.ledger.train(len(batch.samples), trained_samples(records))
+            run.ledger.train(len(batch.samples), trained_samples(records), batch.groups)
             with Stopwatch() as sync:
                 run.publish_weights()
             run.write(records, sync.seconds)
-            if run.reached_target():
+            if run.should_stop():
                 break
+        run.save_checkpoint(run.stop_requested or "finished")
+
+    def checkpoint_state(self) -> dict:
+        """Nothing beyond what `Run` saves: between rollouts no sample is queued or in flight."""
+        return {}

@@ -45,6 +45,13 @@ class EngineActor:
         self.engine.load_weights(arrays_to_weights(weights), version)
         return self.engine.served_weights()
 
+    def rng_state(self):
+        """Runs after any generate call in progress (one call at a time), so the state is between calls."""
+        return self.engine.rng_state()
+
+    def set_rng_state(self, state) -> None:
+        self.engine.set_rng_state(state)
+
     @ray.method(concurrency_group="control")
     def abort(self) -> None:
         self.engine.abort()
@@ -98,8 +105,15 @@ class TrainerActor:
     def last_sent_checksum(self) -> str:
         return self.sent_checksum
 
-    def save(self, path: str) -> None:
-        self.trainer.save(path)
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        from fasync.checkpoint.state import save_trainer
+
+        save_trainer(self.trainer, checkpoint_dir)
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        from fasync.checkpoint.state import load_trainer
+
+        load_trainer(self.trainer, checkpoint_dir)
 
 
 class TrainerGroup:
@@ -123,9 +137,12 @@ class TrainerGroup:
         # about 4 ms more. Several ranks share one stored copy instead of one copy per call.
         if len(self.ranks) > 1:
             payload = ray.put(payload)
-        results = self.wait([rank.train_rollout.remote(payload, current_version) for rank in self.ranks],
-                            [f"trainer rank {index}'s train call" for index in range(len(self.ranks))])
-        return results[0]
+        return self._on_every_rank("train_rollout", "train call", payload, current_version)[0]
+
+    def _on_every_rank(self, method: str, what: str, *args) -> list:
+        """Call `method` on every rank and wait, a rank that dies or hangs named as `trainer rank k's {what}`."""
+        return self.wait([getattr(rank, method).remote(*args) for rank in self.ranks],
+                         [f"trainer rank {index}'s {what}" for index in range(len(self.ranks))])
 
     def state_dict_ref(self):
         # Every rank takes part (FSDP2 gathers each tensor from all shards); rank 0's copy is the one sent.
@@ -135,9 +152,12 @@ class TrainerGroup:
         """The checksum of the weights the last `state_dict_ref` sends (rank 0 runs its calls in order)."""
         return self.ranks[0].last_sent_checksum.remote()
 
-    def save(self, path: str) -> None:
-        self.wait([rank.save.remote(path) for rank in self.ranks],
-                  [f"trainer rank {index}'s checkpoint save" for index in range(len(self.ranks))])
+    def save_checkpoint(self, checkpoint_dir) -> None:
+        """Every rank writes its part of the checkpoint (`fasync.checkpoint.state.save_trainer`)."""
+        self._on_every_rank("save_checkpoint", "checkpoint save", str(checkpoint_dir))
+
+    def load_checkpoint(self, checkpoint_dir) -> None:
+        self._on_every_rank("load_checkpoint", "checkpoint load", str(checkpoint_dir))
 
     def kill(self) -> None:
         for rank in self.ranks:

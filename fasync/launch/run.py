@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -11,6 +10,7 @@ from typing import Sequence
 
 import yaml
 
+from fasync.atomic import RunFileError, write_atomic, write_json_atomic
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Severity
@@ -37,23 +37,6 @@ def _check(path: str, overrides: Sequence[str]):
         _echo("fasync train: the config has errors; nothing was started.")
         return None, None, ExitCode.FAILED
     return loaded.config, loaded.raw, None
-
-
-def _run_dir(cfg: FasyncConfig, config_path: str, run_dir: str | None) -> Path:
-    chosen = run_dir or cfg.logging.run_dir
-    if chosen is None:
-        chosen = f"runs/{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path = Path(chosen).absolute()  # checkpoints are written by trainer rank 0, wherever it runs
-    if path.is_dir() and any(path.iterdir()):
-        # A rerun into the same directory must not mix with, or overwrite, the earlier run's files.
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
-        kept = path.with_name(f"{path.name}-{stamp}")
-        while kept.exists():
-            kept = kept.with_name(kept.name + "_")
-        path.rename(kept)
-        _echo(f"fasync train: the previous run in {path} was moved to {kept}")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _worker_env() -> dict:
@@ -98,6 +81,7 @@ def summarize(run, started: float, outcome: str, stop_reason: str, mode: str) ->
         "policy_lag_max": over("policy_lag_max", history) or 0,
         "nonfinite_steps_skipped": int(over("nonfinite_skipped", history) or 0),
         "ledger": run.ledger.as_dict() if run is not None else None,
+        "last_checkpoint": run.last_checkpoint if run is not None else None,
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
         "warnings": run.signal.warnings if run is not None else [],
     }
@@ -126,7 +110,14 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> Non
     _echo(f"  run directory: {run_dir}")
 
 
-def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None = None, dry_run: bool = False) -> int:
+def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | None = None, dry_run: bool = False,
+          resume: str | None = None, allow_config_change: Sequence[str] = ()) -> int:
+    """`fasync train`: a new run of `config_path`, or with `resume` the run in that directory, continued from its
+    newest checkpoint (`config_path` is then optional: the run's own config.yaml)."""
+    from fasync.launch import rundir
+
+    if resume is not None:
+        return _resume(Path(resume).expanduser().resolve(), config_path, overrides, allow_config_change)
     cfg, resolved, failed = _check(config_path, overrides)
     if failed is not None:
         return failed
@@ -136,7 +127,27 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
     if dry_run:
         _echo(plan.describe())
         return ExitCode.OK
+    factory = _factory(cfg, config_path)
+    if factory is None:
+        return ExitCode.FAILED
+    directory = rundir.choose(cfg.logging.run_dir, config_path, run_dir)
+    try:
+        lock = rundir.prepare_new(directory, _echo)
+    except RunFileError as error:
+        _echo(f"fasync train: {error}")
+        return ExitCode.FAILED
+    try:
+        write_atomic(directory / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        write_atomic(directory / "plan.txt", plan.describe() + "\n")
+        return _train(cfg, plan, factory, directory)
+    except RunFileError as error:
+        _echo(f"fasync train: {error}")
+        return ExitCode.FAILED
+    finally:
+        lock.release()
 
+
+def _factory(cfg: FasyncConfig, config_path: str):
     from fasync.data.rewards import extend_import_path
     from fasync.errors import ConfigurationError
 
@@ -144,21 +155,86 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
     try:
         from fasync.drivers.common import build_factory
 
-        factory = build_factory(cfg)
+        return build_factory(cfg)
     except ConfigurationError as error:
         _echo(f"fasync train: {error}")
+        return None
+
+
+def _flatten(value, prefix: str = "") -> dict:
+    if isinstance(value, dict):
+        return {key: leaf for name, item in value.items() for key, leaf in _flatten(item, f"{prefix}{name}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+def config_changes(saved: dict, now: dict) -> dict[str, tuple]:
+    """Dotted key → (the run's value, the new value), for every key that differs."""
+    before, after = _flatten(saved), _flatten(now)
+    return {key: (before.get(key), after.get(key)) for key in sorted(before.keys() | after.keys())
+            if before.get(key) != after.get(key)}
+
+
+def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], allowed: Sequence[str]) -> int:
+    from fasync import checkpoint
+    from fasync.launch import rundir
+
+    try:
+        lock = rundir.open_for_resume(directory, _echo)
+    except RunFileError as error:
+        _echo(f"fasync train: {error}")
+        return ExitCode.USAGE
+    try:
+        saved_config = directory / "config.yaml"
+        cfg, resolved, failed = _check(config_path or str(saved_config), overrides)
+        if failed is not None:
+            return failed
+        saved, _, failed = _check(str(saved_config), ())
+        if failed is not None:
+            _echo(f"fasync train: {saved_config}: the run's own config no longer loads")
+            return failed
+        changes = config_changes(saved.model_dump(mode="json", by_alias=True),
+                                 cfg.model_dump(mode="json", by_alias=True))
+        refused = {key: change for key, change in changes.items() if key not in allowed}
+        if refused:
+            listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())
+            _echo(f"fasync train: the config differs from the run's in {listed}. Nothing was started: resume with "
+                  f"the run's config, or allow the change with --allow-config-change {','.join(refused)}")
+            return ExitCode.FAILED
+        found = checkpoint.latest(directory)
+        if found is None:
+            _echo(f"fasync train: {directory} holds no checkpoint to resume from (the run stopped before its first; "
+                  "`checkpoint.every` sets how often they are taken)")
+            return ExitCode.FAILED
+        if found.finished and not changes:
+            _echo(f"fasync train: the run in {directory} already finished ({found.meta.get('stop_reason')}, "
+                  f"{found.step} optimizer steps); nothing to resume")
+            return ExitCode.OK
+        from fasync.checkpoint.state import load_driver_state
+        from fasync.launch.plan import plan_resources
+
+        state = load_driver_state(found)  # a corrupt driver.pt fails here, before Ray starts
+        plan = plan_resources(cfg)
+        factory = _factory(cfg, config_path or str(saved_config))
+        if factory is None:
+            return ExitCode.FAILED
+        _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "
+              f"{found.meta['weight_version']}, rollout {found.meta['rollout']})")
+        # The run's config.yaml takes the allowed changes once the run has taken up its checkpoint.
+        accept = (lambda: write_atomic(saved_config, yaml.safe_dump(resolved, sort_keys=False))) if changes else None
+        return _train(cfg, plan, factory, directory, resume=(found, state), on_resumed=accept)
+    except RunFileError as error:
+        _echo(f"fasync train: {error}")
         return ExitCode.FAILED
-
-    directory = _run_dir(cfg, config_path, run_dir)
-    (directory / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    (directory / "plan.txt").write_text(plan.describe() + "\n")
-    return _train(cfg, plan, factory, directory)
+    finally:
+        lock.release()
 
 
-def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | None = None) -> int:
+def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | None = None,
+           resume: tuple | None = None, on_resumed=None) -> int:
     """Start Ray and the actors, run the driver, and stop: every way a run ends (finished, Ctrl-C, SIGTERM,
     a failure) goes through the one stop path below, which writes the summary and leaves no process behind.
-    `engines`: engine actors the caller started (tests), used instead of starting them."""
+    `engines`: engine actors the caller started (tests), used instead of starting them. `resume` is
+    (checkpoint, its driver state) to continue from, and `on_resumed` is called once the run has taken it up."""
     import ray
 
     from fasync.drivers import driver_for
@@ -166,15 +242,28 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
     from fasync.errors import ConfigurationError
     from fasync.launch import reaper
     from fasync.launch.faults import describe_failure
-    from fasync.launch.signals import OUTCOMES, Stop, StopSignals
+    from fasync.launch.signals import EXIT_CODE, OUTCOMES, Stop, StopSignals
     from fasync.metrics.progress import Progress
 
     started = time.monotonic()
-    signals = StopSignals(_echo)
+    run = None
+
+    def stop_after_rollout(signum: int) -> bool:
+        """The first Ctrl-C or SIGTERM of a started run stops it at the end of the rollout (drain) in progress,
+        where it writes a checkpoint, so that the run can be resumed; before the run exists there is nothing
+        to save and the signal stops at once."""
+        if run is None:
+            return False
+        outcome, _, reason = OUTCOMES[signum]
+        run.request_stop(outcome, reason)
+        name = signal.Signals(signum).name
+        _echo(f"fasync train: {reason}; stopping after this rollout with a checkpoint ({name} again stops now)")
+        return True
+
+    signals = StopSignals(_echo, cooperative=stop_after_rollout)
     signals.install()
     owns_ray = not ray.is_initialized()
     cluster_reaper = reaper.start() if owns_ray else None
-    run = None
     outcome, code, reason = "finished", ExitCode.OK, None
     try:
         if owns_ray:
@@ -184,11 +273,22 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
             signals.install()  # ray.init replaced the SIGTERM handler with one that exits 15
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})") as progress:
-            run = Run(cfg, derive(cfg), plan, factory, directory, progress, engines=engines)
+            found, state = resume if resume is not None else (None, None)
+            run = Run(cfg, derive(cfg), plan, factory, directory, progress, engines=engines, resume=found,
+                      resume_state=state)
+            if on_resumed is not None:
+                on_resumed()
             driver_for(run).train()
-            reason = run.stop_reason or f"completed all {cfg.train.num_rollouts} rollouts"
+            if run.stop_requested is not None:
+                outcome, code = run.stop_requested, EXIT_CODE[run.stop_requested]
+                reason = f"{run.stop_reason} at optimizer step {run.step}"
+            else:
+                reason = run.stop_reason or f"completed all {cfg.train.num_rollouts} rollouts"
             if cfg.checkpoint.save_final:
-                run.trainer.save(str(directory / "final.pt"))
+                from fasync.checkpoint import latest
+                from fasync.checkpoint.state import export_policy
+
+                export_policy(cfg, latest(directory), directory / "export")
     except (Stop, KeyboardInterrupt, SystemExit) as stop:
         # A bare KeyboardInterrupt: Ctrl-C before our handler was in; SystemExit(15): a SIGTERM while ray.init's
         # own handler was in place.
@@ -200,7 +300,10 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
         else:
             outcome, code, reason = OUTCOMES[signum]
             reason += " while Ray was starting" if run is None else f" at optimizer step {run.step}"
-            _echo(f"fasync train: {reason}; stopping ({signal.Signals(signum).name} again skips the clean stop)")
+            _echo(f"fasync train: {reason}; stopping now (the last checkpoint stands)")
+    except RunFileError as error:
+        outcome, code, reason = "failed", ExitCode.FAILED, f"failed: {error}"
+        _echo(f"fasync train: the run {reason}")
     except ConfigurationError as error:  # bad input met while running (a reward that is not a number), here or in
         outcome, code = "failed", ExitCode.FAILED  # an actor, whose RayTaskError is one too: print the original
         reason = f"failed: {getattr(error, 'cause', None) or error}"
@@ -210,11 +313,15 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
         _echo(f"fasync train: the run {reason}")
     finally:
         # From here a signal only skips the graceful steps (`signals.graceful`); the summary is always written
-        # and the cluster always shut down. A clean stop's checkpoint (finished, interrupted, terminated; a
-        # failed run keeps its last good one) belongs first among the graceful steps.
+        # and the cluster always shut down. A clean stop's checkpoint was written by the driver at the end of
+        # its last rollout; a failed run keeps its last good one.
         signals.begin_stop()
         summary = summarize(run, started, outcome, reason, cfg.mode)
-        _write_summary(directory, summary)
+        try:
+            write_json_atomic(directory / "summary.json", summary)
+        except RunFileError as error:
+            _echo(f"fasync train: {error}")
+            code = code or ExitCode.FAILED
         _print_summary(summary, directory, _ledger_text(run, outcome) if run is not None else None)
         if run is not None:
             signals.graceful("ending the actors", run.close)
@@ -223,12 +330,6 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
         reaper.finish(cluster_reaper)
         signals.restore()
     return code
-
-
-def _write_summary(directory: Path, summary: dict) -> None:
-    temporary = directory / "summary.json.tmp"
-    temporary.write_text(json.dumps(summary, indent=2))
-    os.replace(temporary, directory / "summary.json")
 
 
 def _ledger_text(run, outcome: str) -> str:

@@ -1,9 +1,11 @@
 """Ctrl-C and SIGTERM in `fasync train`: the first starts a clean stop, a second skips what is left of it.
 
-The first signal raises `Stop` in the main thread, wherever the driver waits. The stop path then runs its
-graceful steps (`graceful`: the checkpoint, ending the actors) in an order where a second signal only
-skips the steps still to come; writing the summary and shutting the local cluster down are never
-interrupted, so that every stop leaves a summary and no process behind.
+The first signal asks a started run to stop at the end of the rollout in progress, where it writes a
+checkpoint (`cooperative`); before the run exists, or on a second signal, it raises `Stop` in the main
+thread, wherever the driver waits (a checkpoint being written is abandoned; the last one stands). The stop
+path then runs its graceful steps (`graceful`: ending the actors) where a further signal only skips the
+steps still to come; writing the summary and shutting the local cluster down are never interrupted, so
+that every stop leaves a summary and no process behind.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ OUTCOMES = {
 }
 """signal → (outcome, exit code, stop reason)."""
 
+EXIT_CODE = {outcome: code for outcome, code, _ in OUTCOMES.values()}
+"""The exit code of each outcome a stop signal gives."""
+
 
 class Stop(KeyboardInterrupt):
     """A stop signal reached the driver. A KeyboardInterrupt, so that code which cleans up after Ctrl-C
@@ -32,8 +37,11 @@ class Stop(KeyboardInterrupt):
 
 
 class StopSignals:
-    def __init__(self, echo: Callable[[str], None]):
+    def __init__(self, echo: Callable[[str], None], cooperative: Callable[[int], bool] | None = None):
         self.echo = echo
+        self.cooperative = cooperative
+        """Called with the first signal: True when it asked the run to stop at its next clean point (where it
+        writes a checkpoint) instead of being interrupted now."""
         self.received: list[int] = []
         self._raise = True
         self._stopping = False
@@ -52,8 +60,10 @@ class StopSignals:
 
     def _handle(self, signum: int, frame) -> None:
         self.received.append(signum)
-        if self._stopping:
+        if self._stopping or len(self.received) > 1:
             self.echo(f"fasync train: {signal.Signals(signum).name} again: skipping the rest of the clean stop")
+        elif self.cooperative is not None and self.cooperative(signum):
+            return
         if self._raise:
             raise Stop(signum)
 

@@ -9,27 +9,49 @@ changes, so that at every moment
 Counts are in samples (a prompt group of n completions counts n). The ledger lives where the samples
 are: in the driver's process in sync and async, in the rollouter actor in fully_async, which hands a
 copy to the trainer with every drain.
+
+Given the groups a transition moves, the ledger also notes it by group id (`GroupId`, "draw.attempt") in its
+journal; the driver appends the journal to the run directory's ledger.jsonl, one event per line, and
+`audit` replays that file across every resume of the run (`fasync ledger RUN_DIR`): no id trained twice,
+every transition from the state the id was in, every prompt the data cursor handed out accounted for, and
+which completion lengths the drops took.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
-DropReason = Literal["zero_variance", "surplus", "unfinished_at_stop", "stale", "trimmed"]
+DropReason = Literal["zero_variance", "surplus", "unfinished_at_stop", "stale", "stale_at_resume", "trimmed"]
 
 DROPPED_FROM: dict[str, str] = {
     "zero_variance": "in_flight",
     "surplus": "in_flight",
     "unfinished_at_stop": "in_flight",
+    "stale_at_resume": "in_flight",
     "stale": "queued",
     "trimmed": "queued",
 }
 """The state a sample leaves when it is dropped for each reason: dynamic sampling drops a group as
-soon as it is scored, a run that stops drops what it was generating, the trainer drops a group too stale
-to train on and the samples that do not fill a global batch."""
+soon as it is scored, a run that stops drops what it was generating, a resumed run drops a partial
+generation whose prefix has become too stale, the trainer drops a group too stale to train on and the
+samples that do not fill a global batch."""
+
+JOURNAL = "ledger.jsonl"
+"""The run directory's journal of group transitions."""
+
+
+def _journal_entry(event: str, groups: Sequence, reason: str | None = None, lengths: bool = False) -> dict:
+    entry: dict = {"event": event, "ids": [str(g.group_id) for g in groups]}
+    if reason is not None:
+        entry["reason"] = reason
+    if lengths:
+        entry["lengths"] = [g.response_length for g in groups]
+    return entry
 
 
 @dataclass
@@ -40,37 +62,57 @@ class Ledger:
     queued: int = 0
     in_flight: int = 0
     dropped: Counter = field(default_factory=Counter)
+    journal: list = field(default_factory=list, repr=False, compare=False)
+    """Transitions by group id not yet written to the run's ledger.jsonl (`take_journal`)."""
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     """async generates in a thread while the trainer trains: each transition is atomic."""
 
     # -- transitions -----------------------------------------------------------------------------
 
-    def admit(self, samples: int) -> None:
+    # Each transition takes the sample count and, where the caller has them, the prompt groups it moves
+    # (anything with `group_id` and `response_length`), which go into the journal.
+
+    def _note(self, entry: dict) -> None:
+        if entry["ids"]:
+            self.journal.append(entry)
+
+    def admit(self, samples: int, groups: Sequence = ()) -> None:
         """New samples start generating."""
         with self._lock:
             self.produced += samples
             self.in_flight += samples
+            self._note(_journal_entry("produced", groups))
 
-    def deliver(self, samples: int) -> None:
+    def deliver(self, samples: int, groups: Sequence = ()) -> None:
         """Generated and scored samples wait for the trainer."""
         with self._lock:
             self.in_flight -= samples
             self.queued += samples
+            self._note(_journal_entry("queued", groups))
 
-    def drop(self, reason: DropReason, samples: int) -> None:
+    def drop(self, reason: DropReason, samples: int, groups: Sequence = ()) -> None:
         """Samples leave the state `DROPPED_FROM[reason]` and are never trained on."""
         if not samples:
             return
         with self._lock:
             setattr(self, DROPPED_FROM[reason], getattr(self, DROPPED_FROM[reason]) - samples)
             self.dropped[reason] += samples
+            self._note(_journal_entry("dropped", groups, reason, lengths=True))
 
-    def train(self, taken: int, trained: int) -> None:
-        """The trainer took `taken` queued samples and trained on `trained` of them; the rest were trimmed."""
+    def train(self, taken: int, trained: int, groups: Sequence = ()) -> None:
+        """The trainer took `taken` queued samples (of `groups`) and trained on `trained` of them; the rest
+        were trimmed. A group counts as trained once, however many of its samples the trim left."""
         with self._lock:
             self.queued -= trained
             self.consumed += trained
+            self._note(_journal_entry("trained", groups, lengths=True))
             self.drop("trimmed", taken - trained)
+
+    def take_journal(self) -> list[dict]:
+        """The journal entries since the last call, for ledger.jsonl."""
+        with self._lock:
+            entries, self.journal = self.journal, []
+            return entries
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -89,10 +131,10 @@ class Ledger:
             return Ledger(self.produced, self.consumed, self.queued, self.in_flight, Counter(self.dropped))
 
     def __getstate__(self) -> dict:
-        return {name: value for name, value in self.copy().__dict__.items() if name != "_lock"}
+        return {name: value for name, value in self.copy().__dict__.items() if name not in ("_lock", "journal")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _lock=threading.RLock())
+        self.__dict__.update(state, journal=[], _lock=threading.RLock())
 
     def as_dict(self) -> dict:
         return {
@@ -104,6 +146,12 @@ class Ledger:
             "balanced": self.balanced,
         }
 
+    @classmethod
+    def from_dict(cls, counts: dict) -> "Ledger":
+        """The ledger `as_dict` wrote (a checkpoint restores it so)."""
+        return cls(counts["produced"], counts["consumed"], counts["queued"], counts["in_flight"],
+                   Counter(counts["dropped"]))
+
     def describe(self) -> str:
         drops = ", ".join(f"{reason} {n}" for reason, n in sorted(self.dropped.items())) or "none"
         verdict = "balanced" if self.balanced else "UNBALANCED"
@@ -111,3 +159,165 @@ class Ledger:
             f"produced {self.produced} = consumed {self.consumed} + dropped {self.dropped_total} ({drops}) "
             f"+ queued {self.queued} + in flight {self.in_flight}: {verdict}"
         )
+
+
+# -- the audit of a run's journal ------------------------------------------------------------------
+
+
+def length_bucket(length: float) -> str:
+    """Completion lengths in powers of two: "0", "1", "2", "3-4", "5-8", ..."""
+    if length <= 2:
+        return str(round(length))
+    upper = 4
+    while length > upper:
+        upper *= 2
+    return f"{upper // 2 + 1}-{upper}"
+
+
+def _bucket_order(bucket: str) -> int:
+    return int(bucket.split("-")[0])
+
+
+@dataclass
+class Audit:
+    """What `audit` found in a run's ledger.jsonl. `problems` empty means every invariant holds."""
+
+    processes: int = 1
+    """The run's processes: the first and one per resume."""
+    states: Counter = field(default_factory=Counter)
+    """Groups by their last state: in_flight, queued, trained, dropped."""
+    dropped: Counter = field(default_factory=Counter)
+    """Dropped groups by reason."""
+    by_length: dict = field(default_factory=lambda: defaultdict(Counter))
+    """Per completion-length bucket: trained groups and dropped groups by reason."""
+    cursor: int | None = None
+    """Prompts the data cursor had handed out at the last checkpoint or the end."""
+    finished: bool = False
+    """The run's last process ended it (its final checkpoint is in the journal): it was not killed."""
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def produced(self) -> int:
+        return sum(self.states.values())
+
+    def describe(self) -> str:
+        lines = [f"groups: produced {self.produced} = trained {self.states['trained']} + dropped "
+                 f"{self.states['dropped']} + queued {self.states['queued']} + in flight {self.states['in_flight']}",
+                 f"processes: {self.processes} ({self.processes - 1} resume{'' if self.processes == 2 else 's'}); "
+                 f"data cursor: {self.cursor if self.cursor is not None else 'not recorded'}; "
+                 f"{'ended cleanly' if self.finished else 'did not end cleanly (killed, or still running)'}"]
+        if self.dropped:
+            lines.append("dropped by reason: " + ", ".join(f"{r} {n}" for r, n in sorted(self.dropped.items())))
+            reasons = sorted(self.dropped)
+            lines.append("completion length   trained  " + "  ".join(f"{r:>12}" for r in reasons))
+            for bucket in sorted(self.by_length, key=_bucket_order):
+                counts = self.by_length[bucket]
+                lines.append(f"{bucket:>17}   {counts['trained']:>7}  "
+                             + "  ".join(f"{counts[r]:>12}" for r in reasons))
+        if self.problems:
+            lines.append(f"FAILED: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''}")
+            lines += [f"  {problem}" for problem in self.problems[:20]]
+            if len(self.problems) > 20:
+                lines.append(f"  ... and {len(self.problems) - 20} more")
+        else:
+            lines.append("every invariant holds: no group trained twice, every transition from the state its group "
+                         "was in, every prompt drawn accounted for")
+        return "\n".join(lines)
+
+
+def audit(journal: Path, counts: dict | None = None, samples_per_group: int | None = None) -> Audit:
+    """Replay ledger.jsonl. With the run's final sample `counts` (summary.json's ledger) and its
+    `samples_per_group`, also check that the journal and the counts agree."""
+    from fasync.atomic import read_jsonl
+
+    result = Audit()
+    state: dict[str, str] = {}
+    draws: set[int] = set()
+    for number, entry in enumerate(read_jsonl(journal), start=1):
+        event = entry.get("event")
+        if event == "resume":
+            result.processes += 1
+            result.finished = False
+            continue
+        if event in ("checkpoint", "end"):
+            result.cursor = entry["draws"]
+            result.finished = result.finished or event == "end"
+            continue
+        for index, group in enumerate(entry.get("ids", [])):
+            where = f"line {number}: group {group}"
+            before = state.get(group)
+            if event == "produced":
+                if before is not None:
+                    result.problems.append(f"{where} produced again (it was {before})")
+                draws.add(int(group.split(".")[0]))
+                state[group] = "in_flight"
+            elif event == "queued":
+                if before != "in_flight":
+                    result.problems.append(f"{where} queued while {before or 'never produced'}")
+                state[group] = "queued"
+            elif event == "trained":
+                if before == "trained":
+                    result.problems.append(f"{where} trained twice")
+                elif before != "queued":
+                    result.problems.append(f"{where} trained while {before or 'never produced'}")
+                state[group] = "trained"
+                result.by_length[length_bucket(entry["lengths"][index])]["trained"] += 1
+            elif event == "dropped":
+                reason = entry["reason"]
+                if before != DROPPED_FROM.get(reason):
+                    result.problems.append(f"{where} dropped ({reason}) while {before or 'never produced'}")
+                state[group] = "dropped"
+                result.dropped[reason] += 1
+                result.by_length[length_bucket(entry["lengths"][index])][reason] += 1
+            else:
+                result.problems.append(f"line {number}: unknown event {event!r}")
+                break
+    result.states = Counter(state.values())
+    if result.cursor is not None:
+        missing = sorted(set(range(result.cursor)) - draws)
+        if missing:
+            result.problems.append(f"{len(missing)} prompt(s) the data cursor handed out have no group: draws "
+                                   f"{', '.join(map(str, missing[:10]))}{' ...' if len(missing) > 10 else ''}")
+        beyond = sorted(d for d in draws if d >= result.cursor)
+        if beyond and result.finished:
+            result.problems.append(f"groups of draws beyond the data cursor {result.cursor}: {beyond[:10]}")
+    if counts is not None and samples_per_group and result.finished:
+        n = samples_per_group
+        expected = {
+            "trained (consumed + trimmed)": (counts["consumed"] + counts["dropped"].get("trimmed", 0),
+                                             result.states["trained"] * n),
+            "queued": (counts["queued"], result.states["queued"] * n),
+            "in flight": (counts["in_flight"], result.states["in_flight"] * n),
+            **{f"dropped {reason}": (count, result.dropped[reason] * n)
+               for reason, count in counts["dropped"].items() if reason != "trimmed"},
+        }
+        for name, (samples, journal_samples) in expected.items():
+            if samples != journal_samples:
+                result.problems.append(f"the summary's ledger says {name} {samples} samples, the journal "
+                                       f"{journal_samples}")
+    return result
+
+
+def audit_run(run_dir: Path) -> Audit:
+    """`audit` of a run directory's journal, checked against its summary.json when the run ended cleanly.
+    Raises FileNotFoundError (with the path) when the directory holds no journal."""
+    import json
+
+    import yaml
+
+    run_dir = Path(run_dir)
+    journal = run_dir / JOURNAL
+    if not journal.is_file():
+        raise FileNotFoundError(f"{run_dir}: no {JOURNAL} (not a fasync run directory, or a run from before the "
+                                "ledger journal)")
+    counts = n = None
+    try:
+        counts = json.loads((run_dir / "summary.json").read_text())["ledger"]
+        n = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {})["rollout"]["n_samples_per_prompt"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no summary (a killed run): the journal alone is audited
+    return audit(journal, counts, n)

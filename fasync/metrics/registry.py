@@ -104,6 +104,8 @@ _DROPS = {
     "unfinished_at_stop": ("groups still generating when the rollouter stopped", FULLY_ASYNC,
                            "such a drop before the last drain"),
     "stale": ("groups beyond `async.max_weight_staleness` at the version their drain trains at", FULLY_ASYNC, None),
+    "stale_at_resume": ("groups in flight at a checkpoint whose prefix was already beyond "
+                        "`async.max_weight_staleness` when the run resumed", FULLY_ASYNC, "a resume"),
 }
 assert set(_DROPS) | {"trimmed"} == set(DROPPED_FROM)  # trimmed samples are counted in the ledger only
 

@@ -1,14 +1,19 @@
-"""metrics.jsonl: one JSON object per optimizer step, flushed as it is written. Every key is one of the
-metrics `fasync/metrics/registry.py` defines for the run's mode."""
+"""metrics.jsonl: one JSON object per optimizer step, each line written whole and flushed
+(`fasync.atomic.JsonlAppender`). Every key is one of the metrics `fasync/metrics/registry.py` defines for the
+run's mode.
+
+A resumed run cuts the file back to its checkpoint (the steps after it, which the resume trains again, are
+kept in metrics.jsonl.rolled-back) and appends a marker line `{"resume": {...}}` before its own steps, so that
+the file's steps run on without a gap or a repeat. `read_metrics` leaves the markers out."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from fasync.atomic import JsonlAppender, read_jsonl
 from fasync.metrics.registry import check_row
 
 
@@ -26,21 +31,36 @@ class MetricsWriter:
         self.mode = mode
         self.trackers = list(trackers)
         self.path = Path(run_dir) / "metrics.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a")
+        self._file = JsonlAppender(self.path)
         self.started = time.monotonic()
         self.history: list[dict] = []
+        """Every step's row of the run, earlier processes' included after a resume."""
 
     def write(self, record: dict) -> dict:
         record = {key: _jsonable(value) for key, value in record.items()}
-        record["wall_time"] = round(time.monotonic() - self.started, 4)
+        record["wall_time"] = round(self.elapsed, 4)
         check_row(record, self.mode)
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        self._file.append(record)
         self.history.append(record)
         for tracker in self.trackers:
             tracker.log(record)
         return record
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds of the run so far, over all its processes (`wall_time`)."""
+        return time.monotonic() - self.started
+
+    @property
+    def size(self) -> int:
+        return self._file.size
+
+    def resume(self, size: int, wall_time: float, marker: dict) -> None:
+        """Go back to a checkpoint taken when the file was `size` bytes long and the run `wall_time` s old."""
+        self._file.rewind(size)
+        self.history = read_metrics(self.path)
+        self.started = time.monotonic() - wall_time
+        self._file.append({"resume": {**marker, "wall_time": round(wall_time, 4)}})
 
     def close(self) -> None:
         self._file.close()
@@ -49,4 +69,5 @@ class MetricsWriter:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The step rows of a metrics.jsonl, without resume markers (or a last line a crash cut short)."""
+    return [record for record in read_jsonl(path) if "resume" not in record]

@@ -91,6 +91,14 @@ class RolloutEngine(ABC):
         (read back from the model that serves, not from what was handed to `load_weights`)."""
         raise NotImplementedError(f"{type(self).__name__} cannot report the weights it serves")
 
+    def rng_state(self):
+        """The sampling stream's state, for a checkpoint; None when the backend cannot save it (a resume
+        then continues with a fresh stream from the engine's seed)."""
+        return None
+
+    def set_rng_state(self, state) -> None:  # noqa: B027 - a backend without a savable stream keeps this
+        """Restore what `rng_state` returned."""
+
     # -- the interface ---------------------------------------------------------------------------
 
     def generate(

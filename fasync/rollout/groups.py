@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import random
@@ -36,6 +35,16 @@ class PromptGroup:
     def oldest_version(self) -> int:
         return min(s.oldest_version for s in self.samples)
 
+    @property
+    def response_length(self) -> float:
+        """Mean completion tokens generated so far (what the ledger buckets drops by)."""
+        return sum(len(req.output_ids) for req in self.requests) / max(len(self.requests), 1)
+
+    @property
+    def oldest_token_version(self) -> int | None:
+        """The oldest weight version behind any token generated so far; None before the first token."""
+        return min((v for req in self.requests for v in req.token_versions), default=None)
+
 
 def sampling_params(cfg: FasyncConfig, stop_token_ids: tuple[int, ...]) -> SamplingParams:
     rollout = cfg.rollout
@@ -57,14 +66,29 @@ class GroupFactory:
         self.reward_fn = reward_fn
         self.reward_name = cfg.reward.function
         self.rng = random.Random(cfg.data.seed)
-        self._draws = itertools.count()
-        self._request_ids = itertools.count()
+        self._next_draw = 0
+        self._next_request = 0
         self.params = sampling_params(cfg, tuple(tokenizer.stop_token_ids))
+
+    @property
+    def cursor(self) -> int:
+        """Prompts drawn so far: the data cursor."""
+        return self._next_draw
+
+    def state_dict(self) -> dict:
+        """The data cursor and the sampling order: the draw stream's state and the id counters."""
+        return {"rng": self.rng.getstate(), "draws": self._next_draw, "request_ids": self._next_request}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.setstate(state["rng"])
+        self._next_draw, self._next_request = state["draws"], state["request_ids"]
 
     def new_groups(self, count: int) -> list[PromptGroup]:
         """The next `count` prompts drawn, as groups of requests."""
-        return [self._group(GroupId(next(self._draws)), index)
-                for index in self.dataset.sample_indices(count, self.rng)]
+        groups = [self._group(GroupId(self._next_draw + i), index)
+                  for i, index in enumerate(self.dataset.sample_indices(count, self.rng))]
+        self._next_draw += len(groups)
+        return groups
 
     def again(self, group: PromptGroup) -> PromptGroup:
         """A fresh group for the same prompt (regenerating one that became too stale): the next attempt."""
@@ -73,7 +97,8 @@ class GroupFactory:
     def _group(self, group_id: GroupId, index: int) -> PromptGroup:
         problem = self.dataset.problems[index]
         prompt_ids = list(self.tokenizer.format_prompt(problem.prompt))
-        requests = [Generation(request_id=next(self._request_ids), prompt_ids=prompt_ids) for _ in range(self.n)]
+        requests = [Generation(request_id=self._next_request + i, prompt_ids=prompt_ids) for i in range(self.n)]
+        self._next_request += self.n
         return PromptGroup(group_id, problem.prompt, problem.label, requests, prompt_index=index)
 
     def score(self, group: PromptGroup) -> PromptGroup:

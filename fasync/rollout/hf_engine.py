@@ -46,6 +46,13 @@ class HFEngine(RolloutEngine):
         """The contexts the last call left unfinished (all but their newest token), as the loaded weights
         computed them: a call that continues one skips its prefill, as a prefix cache would."""
 
+    def rng_state(self):
+        return self.generator.get_state()
+
+    def set_rng_state(self, state) -> None:
+        if state is not None:
+            self.generator.set_state(state)
+
     def _load_state_dict(self, state_dict: dict) -> None:
         self.model.load_state_dict(state_dict)
         self._prefixes = {}  # keys and values of the old weights

@@ -54,6 +54,13 @@ class GroupQueue:
             self._changed.notify_all()
             return taken
 
+    def refill(self, items: list) -> None:
+        """Put back what a checkpoint saved, in order, past `max_size` if need be (a resumed run's queue holds
+        what the trainer had taken too); producers wait until it is below the bound again."""
+        for item in items:
+            rank = self.priority(item) if self.priority is not None else 0
+            heapq.heappush(self._items, (rank, next(self._order), item))
+
     def size(self) -> int:
         return len(self._items)
 

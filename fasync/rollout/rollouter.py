@@ -16,6 +16,11 @@ The queue and the run's sample ledger live in this actor, where the samples are:
 a delivery is a local put, the trainer's drain is one call that drops the groups
 too stale for the version it trains at and returns the rest with a copy of the
 ledger, and the trainer reports back what it trained.
+
+Every group not yet trained or dropped is held by id, in flight or waiting (queued, or taken by a drain
+and not yet reported trained), so that `snapshot` can save them for a checkpoint and `restore` can put them
+back: waiting groups into the queue, in-flight ones (with their tokens so far and per-token versions) into
+the engines' batches, to continue from their prefix.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed
+from fasync.rollout.types import GroupId
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,11 @@ class Rollouter:
         self.resumed_groups = 0
         self._outstanding: dict[str, float] = {}
         """What this actor awaits from the engines now ("engine 1's generate call"), and since when."""
+        self.in_flight: dict[GroupId, PromptGroup] = {}
+        self.waiting: dict[GroupId, PromptGroup] = {}
+        """Delivered groups not yet reported trained: in the queue, or taken by a drain."""
+        self._restored: list[PromptGroup] = []
+        """In-flight groups from a checkpoint, for the engine loops' first batches."""
 
     # -- admission -------------------------------------------------------------------------------
 
@@ -103,7 +114,8 @@ class Rollouter:
             groups.append(self.factory.again(self._retry.popleft()))
         groups += self.factory.new_groups(count - len(groups))
         self.groups_admitted += len(groups)
-        self.ledger.admit(sum(g.size for g in groups))
+        self.ledger.admit(sum(g.size for g in groups), groups)
+        self.in_flight.update((g.group_id, g) for g in groups)
         return groups
 
     # -- generation ------------------------------------------------------------------------------
@@ -132,6 +144,8 @@ class Rollouter:
         """One generate call over the groups' unfinished requests, which come back continued: finished,
         or unfinished when the call was aborted or spent its `tokens_per_call`."""
         pending = [req for group in groups for req in group.requests if not req.finished]
+        if not pending:  # finished before a checkpoint, not yet delivered
+            return
         # Continuing tokens an older version produced is what partial rollout means by a resume.
         self.resumed_groups += sum(
             any(req.token_versions and req.token_versions[-1] != self.version for req in group.requests
@@ -143,14 +157,15 @@ class Rollouter:
             results = unpack(await self._awaiting(
                 f"engine {index}'s generate call",
                 engine.generate.remote(pack(pending), self.factory.params, self.tokens_per_call)))
+            # Applied before the call counts as done: a snapshot that waits for no call in flight sees them.
+            by_id = {gen.request_id: gen for gen in results}
+            for group in groups:
+                group.requests = [by_id.get(req.request_id, req) for req in group.requests]
         finally:
             self.busy_s += time.monotonic() - started
             self._calls -= 1
             async with self._calls_done:
                 self._calls_done.notify_all()
-        by_id = {gen.request_id: gen for gen in results}
-        for group in groups:
-            group.requests = [by_id.get(req.request_id, req) for req in group.requests]
 
     async def _deliver(self, group: PromptGroup) -> None:
         self.factory.score(group)
@@ -158,18 +173,20 @@ class Rollouter:
             self._drop(group, "zero_variance")
             return
         await self.queue.put(group)
-        self.ledger.deliver(group.size)
+        self.ledger.deliver(group.size, [group])
+        self.waiting[group.group_id] = self.in_flight.pop(group.group_id)
         self._changed.set()
 
     def _drop(self, group: PromptGroup, reason: DropReason) -> None:
-        self.ledger.drop(reason, group.size)
+        self.ledger.drop(reason, group.size, [group])
+        self.in_flight.pop(group.group_id, None)
+        self.waiting.pop(group.group_id, None)
         self.groups_dropped += 1
         self._changed.set()
 
-    async def _engine_loop(self, index: int, engine) -> None:
+    async def _engine_loop(self, index: int, engine, active: list[PromptGroup]) -> None:
         """Keep the engine's batch full: each call continues the groups in it, groups that finished
         leave for the queue, and admission tops the batch up before the next call."""
-        active: list[PromptGroup] = []
         while not self._stopping:
             await self._running.wait()
             if self._stopping:
@@ -195,7 +212,9 @@ class Rollouter:
 
     async def run(self) -> Ledger:
         """Generate until `stop`; returns the final ledger."""
-        await asyncio.gather(*(self._engine_loop(index, engine) for index, engine in enumerate(self.engines)))
+        restored, self._restored = self._restored, []
+        await asyncio.gather(*(self._engine_loop(index, engine, restored[index:: len(self.engines)])
+                               for index, engine in enumerate(self.engines)))
         return self.ledger
 
     # -- control from the driver -----------------------------------------------------------------
@@ -221,9 +240,14 @@ class Rollouter:
             self._changed.set()
         return pack((fresh, self.state()))
 
-    def report_trained(self, taken: int, trained: int) -> None:
-        """The trainer trained on `trained` of the `taken` samples of a drain (the rest were trimmed)."""
-        self.ledger.train(taken, trained)
+    def report_trained(self, group_ids: list[GroupId], taken: int, trained: int) -> None:
+        """The trainer trained on `trained` of the `taken` samples of the drain of `group_ids` (the rest were
+        trimmed)."""
+        self.ledger.train(taken, trained, [self.waiting.pop(group_id) for group_id in group_ids])
+
+    def take_journal(self) -> list[dict]:
+        """The ledger's journal entries since the last call (the driver appends them to ledger.jsonl)."""
+        return self.ledger.take_journal()
 
     async def update_weights(self, weights: list, version: int) -> list[tuple[int, str]]:
         """Pause generation, load `version` into every engine, resume; returns what each engine serves after
@@ -262,6 +286,64 @@ class Rollouter:
         self._changed.set()
         await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
         await self.queue.shutdown()
+
+    async def snapshot(self) -> bytes:
+        """Everything a checkpoint needs from the rollouter, `pack`ed, taken between engine calls: the groups in
+        flight (tokens so far, per-token versions) and waiting, the data cursor, the ledger and its journal
+        entries not yet taken, the counters and every engine's RNG. Generation is paused meanwhile; calls in
+        flight are aborted, and what they generated so far is kept: the weights do not change, so the
+        groups go on from their prefix under the same version."""
+        self._running.clear()
+        await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
+        async with self._calls_done:
+            await self._calls_done.wait_for(lambda: self._calls == 0)
+        engine_rngs = await asyncio.gather(*(engine.rng_state.remote() for engine in self.engines))
+        snapshot = {
+            "in_flight": list(self.in_flight.values()),
+            "waiting": list(self.waiting.values()),
+            "retry": list(self._retry),
+            "factory": self.factory.state_dict(),
+            "ledger": self.ledger.as_dict(),
+            "journal": self.ledger.take_journal(),
+            "engine_rngs": engine_rngs,
+            "counters": {"version": self.version, "groups_admitted": self.groups_admitted,
+                         "groups_dropped": self.groups_dropped, "pause_s": self.pause_s, "busy_s": self.busy_s,
+                         "resumed_groups": self.resumed_groups},
+        }
+        if not self._stopping:
+            self._running.set()
+            self._changed.set()
+        return pack(snapshot)
+
+    async def restore(self, snapshot: bytes) -> list[dict]:
+        """Before `run`: take up a `snapshot` from a checkpoint. Waiting groups go back into the queue (over
+        its bound, if the trainer had taken some); in-flight groups continue from their prefix, unless their
+        oldest token is already too stale for the engines' version: those are dropped (`stale_at_resume`),
+        or regenerated under `async.stale_policy: regenerate`. Returns the journal entries of those drops."""
+        state = unpack(snapshot)
+        self.factory.load_state_dict(state["factory"])
+        self.ledger = Ledger.from_dict(state["ledger"])
+        counters = state["counters"]
+        self.version = counters["version"]
+        self.groups_admitted, self.groups_dropped = counters["groups_admitted"], counters["groups_dropped"]
+        self.pause_s, self.busy_s, self.resumed_groups = counters["pause_s"], counters["busy_s"], \
+            counters["resumed_groups"]
+        await asyncio.gather(*(engine.set_rng_state.remote(rng)
+                               for engine, rng in zip(self.engines, state["engine_rngs"])))
+        self._retry.extend(state["retry"])
+        self.queue.refill(state["waiting"])
+        self.waiting = {group.group_id: group for group in state["waiting"]}
+        bound = self.cfg.async_.max_weight_staleness
+        for group in state["in_flight"]:
+            self.in_flight[group.group_id] = group
+            oldest = group.oldest_token_version
+            if oldest is not None and versions.too_stale(self.version, oldest, bound):
+                self._drop(group, "stale_at_resume")
+                if self.cfg.async_.stale_policy == "regenerate":
+                    self._retry.append(group)
+            else:
+                self._restored.append(group)
+        return self.ledger.take_journal()
 
     def state(self) -> RolloutState:
         return RolloutState(self.ledger.copy(), self.version, self.queue.size(), self.pause_s, self.busy_s,

@@ -233,34 +233,6 @@ class Trainer:
         """Weights for the rollout engines, on the CPU (what crosses to the engine actors); every rank must call."""
         return {name: tensor.cpu() for bucket in self.weight_buckets() for name, tensor in bucket}
 
-    def state_dict(self) -> dict:
-        """Whole model and optimizer state; under FSDP2 every rank must call (the shards are gathered)."""
-        if self.strategy == "fsdp2":
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-            model, optimizer = get_state_dict(self.model, self.optimizer,
-                                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        else:
-            model, optimizer = self.model.state_dict(), self.optimizer.state_dict()
-        return {"model": model, "optimizer": optimizer, "rollouts": self.rollouts, "steps": self.steps}
-
-    def load_state_dict(self, state: dict) -> None:
-        if self.strategy == "fsdp2":
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-
-            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                           optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=True))
-        else:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.rollouts, self.steps = state["rollouts"], state["steps"]
-
-    def save(self, path: str) -> None:
-        """Rank 0 writes `path`; every rank must call (FSDP2 gathers the state from all of them)."""
-        state = self.state_dict()
-        if self.rank == 0:
-            torch.save(state, path)
-
 
 def _combine_correction_metrics(shares: list[tuple[dict[str, float], dict[str, float]]], step_tokens: int) -> dict:
     """The step's correction metrics from every rank's (token-weighted sums, maxima): token means over the

@@ -59,18 +59,19 @@ def trivial_target_reward(cfg, derived):
 
 @rule(
     "P003", "checkpoint-never-saved", Severity.WARNING,
-    summary="The run never saves the policy.",
-    what="Reports `checkpoint.every` above `train.num_rollouts` together with `checkpoint.save_final: false`.",
-    why="A checkpoint is written every `checkpoint.every` rollouts (fully_async: drains); a period longer "
-    "than the run is never reached, and without `save_final` the trained policy is lost when the run ends. "
-    "Setting `every` at all says a checkpoint was wanted.",
+    summary="No checkpoint is taken before the run ends.",
+    what="Reports `checkpoint.every` (optimizer steps) above the run's optimizer steps, "
+    "`train.num_rollouts` × `num_steps_per_rollout`.",
+    why="A checkpoint is written once another `checkpoint.every` optimizer steps were taken, and at a stop; a "
+    "period longer than the run is never reached, so a run killed (preempted, out of memory) before its end "
+    "cannot be resumed and loses everything. Setting `every` at all says a checkpoint was wanted.",
 )
 def checkpoint_never_saved(cfg, derived):
-    every, rollouts = cfg.checkpoint.every, cfg.train.num_rollouts
-    if every > rollouts and not cfg.checkpoint.save_final:
+    every, steps = cfg.checkpoint.every, cfg.train.num_rollouts * derived.num_steps_per_rollout
+    if every > steps:
         yield Finding(
             "checkpoint.every",
-            f"`checkpoint.every` {every} exceeds `train.num_rollouts` {rollouts} and `checkpoint.save_final` is false: "
-            "the run saves no policy",
-            f"set `checkpoint.every` to at most {rollouts}, or `checkpoint.save_final: true`",
+            f"`checkpoint.every` {every} exceeds the run's {steps} optimizer steps: no checkpoint is taken before "
+            "the end, and a run killed midway cannot be resumed",
+            f"set `checkpoint.every` to at most {steps}",
         )

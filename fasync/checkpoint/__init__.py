@@ -1,0 +1,149 @@
+"""Checkpoints of a run: where they live, what marks one complete, which to keep. Torch-free (the CLI
+lists and validates checkpoints without it); `fasync.checkpoint.state` writes and reads their contents.
+
+    RUN_DIR/checkpoints/step-00000012/
+        meta.json      written last: format, step, rollout, weight version, why it was taken, what it holds
+        driver.pt      the driver's state: RNGs, data cursor, ledger, version clock, the mode's groups, engine RNGs
+        trainer/       the trainer's model and optimizer through torch.distributed.checkpoint (one shard file per
+                       rank under FSDP2), and trainer/rank-R.pt with each rank's counters and RNGs
+
+A checkpoint is assembled in `checkpoints/.tmp-step-…` and renamed into place once meta.json is in it, so a
+crash mid-write leaves the previous checkpoints as they were; only the last `checkpoint.keep` are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fasync.atomic import RunFileError, describe_os_error, write_json_atomic
+
+FORMAT = 1
+DIRECTORY = "checkpoints"
+META = "meta.json"
+DRIVER = "driver.pt"
+TRAINER = "trainer"
+_PREFIX = "step-"
+_TEMP = ".tmp-"
+
+
+class CheckpointError(RunFileError):
+    """A checkpoint that cannot be used: missing, partial, corrupt or from another format. One line."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    meta: dict
+
+    @property
+    def step(self) -> int:
+        return self.meta["step"]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.meta.get("finished"))
+
+
+def root(run_dir: Path) -> Path:
+    return Path(run_dir) / DIRECTORY
+
+
+def name_for(step: int) -> str:
+    return f"{_PREFIX}{step:08d}"
+
+
+def _step_of(path: Path) -> int | None:
+    digits = path.name.removeprefix(_PREFIX)
+    return int(digits) if path.name.startswith(_PREFIX) and digits.isdigit() else None
+
+
+def candidates(run_dir: Path) -> list[Path]:
+    """Every step-N directory, oldest first (complete or not)."""
+    base = root(run_dir)
+    if not base.is_dir():
+        return []
+    return sorted((p for p in base.iterdir() if p.is_dir() and _step_of(p) is not None), key=_step_of)
+
+
+def validate(path: Path) -> Checkpoint:
+    """The checkpoint at `path`, or CheckpointError saying what is wrong with it."""
+    where = f"checkpoint {path}"
+    if not path.is_dir():
+        raise CheckpointError(f"{where}: no such directory")
+    meta_file = path / META
+    if not meta_file.is_file():
+        raise CheckpointError(f"{where}: incomplete (no {META}: its write never finished); delete it to use the "
+                              "one before")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{where}: {META} is corrupt ({error}); delete the directory to use the one before") \
+            from error
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("step"), int):
+        raise CheckpointError(f"{where}: {META} is not a fasync checkpoint of format {FORMAT}")
+    for part in (DRIVER, f"{TRAINER}/.metadata", f"{TRAINER}/rank-0.pt"):
+        if not (path / part).is_file():
+            raise CheckpointError(f"{where}: {part} is missing; delete the directory to use the one before")
+    return Checkpoint(path, meta)
+
+
+def latest(run_dir: Path) -> Checkpoint | None:
+    """The newest checkpoint; CheckpointError if the newest directory is partial or corrupt (never a silent
+    fallback to an older one: the user decides to lose the steps between them)."""
+    found = candidates(run_dir)
+    return validate(found[-1]) if found else None
+
+
+def at_step(run_dir: Path, step: int | None) -> Checkpoint:
+    """The checkpoint taken after `step` optimizer steps (None: the newest)."""
+    if step is None:
+        found = latest(run_dir)
+        if found is None:
+            raise CheckpointError(f"{run_dir}: holds no checkpoint (the run stopped before its first one)")
+        return found
+    path = root(run_dir) / name_for(step)
+    if not path.is_dir():
+        steps = ", ".join(str(_step_of(p)) for p in candidates(run_dir)) or "none"
+        raise CheckpointError(f"{run_dir}: no checkpoint at step {step} (checkpoints at steps: {steps})")
+    return validate(path)
+
+
+def begin(run_dir: Path, step: int) -> Path:
+    """A fresh temp directory for the checkpoint of `step` (any left by a crashed write is removed)."""
+    base = root(run_dir)
+    temp = base / f"{_TEMP}{name_for(step)}"
+    try:
+        base.mkdir(exist_ok=True)
+        for stale in base.glob(f"{_TEMP}*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        (temp / TRAINER).mkdir(parents=True)
+    except OSError as error:
+        raise CheckpointError(f"cannot write a checkpoint: {describe_os_error(base, error)}") from error
+    return temp
+
+
+def commit(temp: Path, meta: dict, keep: int) -> Path:
+    """Write meta.json, rename `temp` into place, and keep only the newest `keep` checkpoints."""
+    final = temp.with_name(temp.name.removeprefix(_TEMP))
+    meta = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **meta}
+    try:
+        write_json_atomic(temp / META, meta)
+        if final.exists():  # a second checkpoint at the same step (a stop right after a periodic one)
+            shutil.rmtree(final)
+        os.replace(temp, final)
+    except (OSError, RunFileError) as error:
+        shutil.rmtree(temp, ignore_errors=True)
+        detail = describe_os_error(temp, error) if isinstance(error, OSError) else str(error)
+        raise CheckpointError(f"cannot write a checkpoint ({detail}); the previous ones are kept") from error
+    for old in candidates(temp.parent.parent)[:-max(keep, 1)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def abandon(temp: Path) -> None:
+    shutil.rmtree(temp, ignore_errors=True)

@@ -1,0 +1,177 @@
+"""The run directory: what marks it as a fasync run, the lock that keeps a second run out, and where an
+earlier run goes when a new one starts in its place.
+
+- `MARKER` (`.fasync-run`) is written first into every run directory. Only a directory holding it is ever
+  moved aside for a new run or resumed; any other non-empty directory (a project, a home) is refused.
+- `LOCK` (`.fasync-lock`) holds the pid and host of the run using the directory. It is created with
+  O_EXCL, so that of two runs started together exactly one gets it; a lock whose process is gone (same host,
+  pid not running) is stale and taken over, with a note. The lock is removed when the run ends; a run
+  killed with SIGKILL leaves it, and the next run or resume finds it stale.
+
+Torch-free: `fasync train` uses it before Ray starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from fasync.atomic import RunFileError, describe_os_error, write_json_atomic
+
+MARKER = ".fasync-run"
+LOCK = ".fasync-lock"
+
+
+def choose(configured: str | None, config_path: str, run_dir: str | None) -> Path:
+    """`--run-dir`, else `logging.run_dir`, else runs/<config name>-<time>; absolute (trainer rank 0 writes
+    checkpoints there, wherever it runs) and resolved, so that `.` is the directory's real name."""
+    chosen = run_dir or configured
+    if chosen is None:
+        chosen = f"runs/{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(chosen).expanduser().resolve()
+
+
+def is_run(path: Path) -> bool:
+    return (path / MARKER).is_file()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+class RunLock:
+    """The lock on one run directory; `release` removes it (only if it is still this process's)."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / LOCK
+        self.held = False
+
+    def acquire(self) -> str | None:
+        """Take the lock; returns a note when a stale lock was taken over. Raises RunFileError when a live
+        run holds it."""
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        note = None
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                holder = self._holder()
+                if holder is None or not self._stale(holder):
+                    who = f"pid {holder['pid']} on {holder['host']}" if holder else "another process"
+                    raise RunFileError(
+                        f"{self.path.parent}: another fasync run ({who}) is using this run directory; wait for it "
+                        f"to end or choose another --run-dir (if that run is gone, delete {self.path})") from None
+                self.path.unlink(missing_ok=True)
+                note = (f"fasync train: took over the stale lock of pid {holder['pid']} on {holder['host']}, "
+                        "which is no longer running")
+                continue
+            except OSError as error:
+                raise RunFileError(f"cannot lock the run directory: {describe_os_error(self.path, error)}") from error
+            with os.fdopen(fd, "w") as file:
+                json.dump(me, file)
+            self.held = True
+            return note
+        raise RunFileError(f"{self.path}: could not take the lock (another run took it first)")
+
+    def _holder(self) -> dict | None:
+        try:
+            holder = json.loads(self.path.read_text())
+            return holder if isinstance(holder, dict) and {"pid", "host"} <= holder.keys() else None
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def _stale(holder: dict) -> bool:
+        # A lock from another host cannot be checked from here: it stands until removed by hand.
+        return holder["host"] == socket.gethostname() and not _pid_alive(int(holder["pid"]))
+
+    def release(self) -> None:
+        if self.held:
+            holder = self._holder()
+            if holder is not None and holder["pid"] == os.getpid():
+                self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def _finished(path: Path) -> bool:
+    try:
+        return json.loads((path / "summary.json").read_text()).get("outcome") == "finished"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _check_usable(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise RunFileError(f"{path}: is a file, not a directory; choose another --run-dir")
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunFileError(f"cannot create the run directory {describe_os_error(path, error)}") from error
+
+
+def _mark(path: Path) -> None:
+    write_json_atomic(path / MARKER, {"fasync_run": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
+
+
+def prepare_new(path: Path, echo=print) -> RunLock:
+    """Make `path` a fresh, locked run directory. An earlier fasync run there is moved aside (under its lock,
+    so that a run still using it is refused); any other non-empty directory is refused."""
+    _check_usable(path)
+    if path.is_dir() and any(path.iterdir()):
+        if not is_run(path):
+            raise RunFileError(f"{path}: is not empty and holds no fasync run (no {MARKER}); fasync only replaces "
+                               "its own run directories. Choose an empty or new --run-dir")
+        old_lock = RunLock(path)
+        note = old_lock.acquire()
+        if note:
+            echo(note)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime((path / MARKER).stat().st_mtime))
+        kept = path.with_name(f"{path.name}-{stamp}")
+        while kept.exists():
+            kept = kept.with_name(kept.name + "_")
+        try:
+            path.rename(kept)
+        except OSError as error:
+            old_lock.release()
+            raise RunFileError(f"cannot move the previous run aside: {describe_os_error(path, error)}") from error
+        (kept / LOCK).unlink(missing_ok=True)
+        hint = "" if _finished(kept) else f" (it had not finished: `fasync train --resume {kept}` continues it)"
+        echo(f"fasync train: the previous run in {path} was moved to {kept}{hint}")
+    _mkdir(path)
+    lock = RunLock(path)
+    note = lock.acquire()
+    if note:
+        echo(note)
+    try:
+        _mark(path)
+    except RunFileError:
+        lock.release()
+        raise
+    return lock
+
+
+def open_for_resume(path: Path, echo=print) -> RunLock:
+    """Lock an existing run directory to resume it; a path that is not one is a clear error."""
+    if not path.exists():
+        raise RunFileError(f"--resume {path}: no such directory")
+    _check_usable(path)
+    if not is_run(path):
+        raise RunFileError(f"--resume {path}: not a fasync run directory (no {MARKER}); give the directory "
+                           "a `fasync train` run wrote")
+    lock = RunLock(path)
+    note = lock.acquire()
+    if note:
+        echo(note)
+    return lock

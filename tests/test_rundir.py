@@ -1,0 +1,204 @@
+"""The run directory (issue 19 §1): the marker that makes it a fasync run, the lock that keeps a second run
+out, and one clear line for every way the filesystem can refuse. None of these start Ray."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli_train import fasync, write_config
+
+from fasync import atomic
+from fasync.atomic import JsonlAppender, RunFileError, read_jsonl, write_json_atomic
+from fasync.launch import rundir
+from fasync.metrics.writer import MetricsWriter, read_metrics
+
+
+def no_traceback(result) -> None:
+    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_a_second_run_on_a_locked_run_directory_is_refused_and_moves_nothing(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / rundir.MARKER).write_text("{}")
+    (out / "metrics.jsonl").write_text('{"step": 0}\n')
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / rundir.LOCK).write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname()}))
+        result = fasync("train", str(write_config(tmp_path)), "--run-dir", str(out))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"another fasync run (pid {holder.pid}" in result.stdout
+    no_traceback(result)
+    assert (out / "metrics.jsonl").read_text() == '{"step": 0}\n'
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("out")] == ["out"]
+
+
+def test_a_stale_lock_is_taken_over_and_the_earlier_run_moved_aside(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / rundir.MARKER).write_text("{}")
+    (out / "metrics.jsonl").write_text('{"step": 0}\n')
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / rundir.LOCK).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    said = []
+    lock = rundir.prepare_new(out, said.append)
+    try:
+        assert any("stale lock" in line and str(dead.pid) in line for line in said), said
+        assert any("was moved to" in line for line in said)
+        assert json.loads((out / rundir.LOCK).read_text())["pid"] == os.getpid()
+        assert rundir.is_run(out) and sorted(p.name for p in out.iterdir()) == [rundir.LOCK, rundir.MARKER]
+        kept = [p for p in tmp_path.iterdir() if p.name.startswith("out-")]
+        assert len(kept) == 1 and (kept[0] / "metrics.jsonl").read_text() == '{"step": 0}\n'
+        assert not (kept[0] / rundir.LOCK).exists()
+    finally:
+        lock.release()
+    assert not (out / rundir.LOCK).exists()
+
+
+def test_two_locks_on_one_directory_exclude_each_other(tmp_path):
+    first = rundir.RunLock(tmp_path)
+    first.acquire()
+    with pytest.raises(RunFileError, match="another fasync run"):
+        rundir.RunLock(tmp_path).acquire()
+    first.release()
+    rundir.RunLock(tmp_path).acquire()
+
+
+def test_a_directory_that_is_not_a_fasync_run_is_never_moved(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.md").write_text("mine")
+    result = fasync("train", str(write_config(tmp_path)), "--run-dir", str(project))
+    assert result.returncode == 1
+    assert "holds no fasync run" in result.stdout and "moved" not in result.stdout
+    no_traceback(result)
+    assert (project / "notes.md").read_text() == "mine" and sorted(p.name for p in project.iterdir()) == ["notes.md"]
+
+
+def test_run_dir_dot_is_the_current_directory(tmp_path, monkeypatch):
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    path = rundir.choose(None, "run.yaml", ".")
+    assert path == here
+    lock = rundir.prepare_new(path, lambda line: None)
+    lock.release()
+    assert rundir.is_run(here)
+
+
+def test_run_dir_dot_in_a_project_directory_is_refused_not_a_crash(tmp_path):
+    config = write_config(tmp_path)
+    result = fasync("train", str(config), "--run-dir", ".", cwd=tmp_path,
+                    env_extra={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert result.returncode == 1
+    assert "holds no fasync run" in result.stdout and "empty name" not in result.stdout + result.stderr
+    no_traceback(result)
+    assert config.exists()
+
+
+def test_a_run_dir_that_is_a_regular_file_is_one_line(tmp_path):
+    target = tmp_path / "out"
+    target.write_text("not a directory")
+    result = fasync("train", str(write_config(tmp_path)), "--run-dir", str(target))
+    assert result.returncode == 1
+    assert f"{target}: is a file, not a directory" in result.stdout
+    no_traceback(result)
+    assert target.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize(("code", "words"), [(errno.EROFS, "read-only"), (errno.ENOSPC, "disk is full"),
+                                             (errno.EACCES, "permission denied")])
+def test_a_run_dir_the_filesystem_refuses_is_one_line_naming_the_path(tmp_path, monkeypatch, code, words):
+    def refuse(self, *args, **kwargs):
+        raise OSError(code, os.strerror(code), str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(RunFileError) as raised:
+        rundir.prepare_new(tmp_path / "out", lambda line: None)
+    message = str(raised.value)
+    assert "\n" not in message and str(tmp_path / "out") in message and words in message
+
+
+def test_a_busy_mount_point_is_not_moved_and_says_so(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / rundir.MARKER).write_text("{}")
+    (out / "metrics.jsonl").write_text("{}\n")
+
+    def busy(self, target):
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(self))
+
+    monkeypatch.setattr(Path, "rename", busy)
+    with pytest.raises(RunFileError, match="busy") as raised:
+        rundir.prepare_new(out, lambda line: None)
+    assert "\n" not in str(raised.value) and str(out) in str(raised.value)
+    assert not (out / rundir.LOCK).exists()
+    assert (out / "metrics.jsonl").exists()
+
+
+def test_resume_of_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path):
+    (tmp_path / "notes.md").write_text("mine")
+    result = fasync("train", "--resume", str(tmp_path))
+    assert result.returncode == 2 and "not a fasync run directory" in result.stdout
+    result = fasync("train", "--resume", str(tmp_path / "missing"))
+    assert result.returncode == 2 and "no such directory" in result.stdout
+    no_traceback(result)
+
+
+def _short_writes(monkeypatch, fail_after: int):
+    """os.write that writes half of what it is given, and fails with ENOSPC after `fail_after` calls."""
+    calls = {"n": 0}
+    real = os.write
+
+    def write(fd, data):
+        calls["n"] += 1
+        if calls["n"] > fail_after:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data[: max(1, len(data) // 2)])
+
+    monkeypatch.setattr(atomic.os, "write", write)
+
+
+def test_a_full_disk_mid_line_cuts_metrics_back_to_the_last_whole_line(tmp_path, monkeypatch):
+    writer = MetricsWriter(tmp_path, "sync")
+    writer.write({"step": 0, "loss": 0.5})
+    _short_writes(monkeypatch, fail_after=2)  # half the line, a quarter, then the disk is full
+    with pytest.raises(RunFileError) as raised:
+        writer.write({"step": 1, "loss": 0.25})
+    assert "disk is full" in str(raised.value) and "metrics.jsonl" in str(raised.value)
+    assert "\n" not in str(raised.value)
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert text.endswith("\n") and [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0]
+
+
+def test_short_writes_that_succeed_still_write_whole_lines(tmp_path, monkeypatch):
+    _short_writes(monkeypatch, fail_after=10_000)
+    appender = JsonlAppender(tmp_path / "x.jsonl")
+    for step in range(3):
+        appender.append({"step": step, "text": "y" * 100})
+    assert [r["step"] for r in read_jsonl(tmp_path / "x.jsonl")] == [0, 1, 2]
+
+
+def test_a_state_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    summary = tmp_path / "summary.json"
+    write_json_atomic(summary, {"outcome": "finished"})
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    with pytest.raises(RunFileError, match="disk is full"):
+        write_json_atomic(summary, {"outcome": "interrupted"})
+    assert json.loads(summary.read_text()) == {"outcome": "finished"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
