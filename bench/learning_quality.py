@@ -9,8 +9,9 @@ per cell.
 Every run is `fasync train configs/fully_async.yaml` with the overrides of its task, its η
 (`async.max_weight_staleness`), its correction and its seed, and keeps its run directory
 (`--out`, default runs/learning-quality/TASK/CORRECTION/etaN/seedS: config.yaml, metrics.jsonl,
-summary.json), so the curves can be plotted from them afterwards. A run directory that already holds a
-summary.json is read instead of trained again, so an interrupted grid resumes where it stopped.
+summary.json), so the curves can be plotted from them afterwards. A run directory whose run ended at its
+target or budget is read instead of trained again, so an interrupted grid resumes where it stopped (a
+run cut short is trained afresh).
 
 Per cell the table gives the fraction of seeds whose 3-drain mean reward reached the task's target within
 the drain budget, the median optimizer steps and wall time to it (over the seeds that reached it), the
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import shutil
 import statistics
 import sys
 import time
@@ -73,9 +75,8 @@ CORRECTIONS = {
 }
 
 STALENESS = (0, 1, 2, 4, 8)
-QUICK = {"staleness": [0, 2, 8], "geometry": ("rollout.batch_size=16", "train.global_batch_size=128",
-                                              "train.micro_batch_size=128")}
-"""`--quick`: three η and half the quickstart's batch (16 prompts × 8 samples per drain), for a loaded machine."""
+QUICK = {"tasks": ["reverse6"], "staleness": [2, 8]}
+"""`--quick`: the quickstart task at the shipped bound (2) and at AReaL's largest (8)."""
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,9 @@ class Run:
     def directory(self, out: Path) -> Path:
         return out / self.task / self.correction / f"eta{self.staleness}" / f"seed{self.seed}"
 
-    def overrides(self, rollouts: int, geometry: tuple[str, ...] = ()) -> list[str]:
+    def overrides(self, rollouts: int) -> list[str]:
         task = TASKS[self.task]
-        return [*COMMON, *geometry, *task.overrides, *CORRECTIONS[self.correction][1],
+        return [*COMMON, *task.overrides, *CORRECTIONS[self.correction][1],
                 f"async.max_weight_staleness={self.staleness}", f"train.num_rollouts={rollouts}",
                 f"train.target_reward={task.target}", f"train.seed={self.seed}", f"data.seed={self.seed}"]
 
@@ -98,7 +99,7 @@ class Run:
 _RAY_HELD = False
 
 
-def _train(run: Run, out: Path, rollouts: int, geometry: tuple[str, ...]) -> tuple[Run, int, float]:
+def _train(run: Run, out: Path, rollouts: int) -> tuple[Run, int, float]:
     """Train one run in this worker (which keeps one Ray session for all its runs): exit code, seconds."""
     global _RAY_HELD
     import ray
@@ -108,8 +109,10 @@ def _train(run: Run, out: Path, rollouts: int, geometry: tuple[str, ...]) -> tup
     if not _RAY_HELD:
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         _RAY_HELD = True
+    if run.directory(out).exists():  # a run stopped half-way: start it afresh (metrics.jsonl appends)
+        shutil.rmtree(run.directory(out))
     started = time.monotonic()
-    code, _, _ = run_variant(CONFIG, run.overrides(rollouts, geometry), run.directory(out))
+    code, _, _ = run_variant(CONFIG, run.overrides(rollouts), run.directory(out))
     return run, code, time.monotonic() - started
 
 
@@ -130,9 +133,24 @@ def reached_at(records: list[dict], target: float) -> dict | None:
     return None
 
 
+def complete(directory: Path) -> bool:
+    """Whether the run in `directory` ended as a run of the grid should: at its target or after its whole
+    drain budget (a run stopped from outside also writes a summary.json, with fewer drains)."""
+    import yaml
+
+    summary_file, config_file = directory / "summary.json", directory / "config.yaml"
+    if not summary_file.is_file() or not config_file.is_file():
+        return False
+    summary = json.loads(summary_file.read_text())
+    budget = (yaml.safe_load(config_file.read_text()) or {}).get("train", {}).get("num_rollouts")
+    drains = len(last_per_rollout(_records(directory)))
+    return summary.get("outcome") == "finished" and ("target" in str(summary.get("stop_reason"))
+                                                      or drains >= (budget or 0))
+
+
 def cell_row(runs: list[Run], out: Path) -> list | None:
-    """One table row from the finished runs of a cell; None when none has finished."""
-    finished = [run for run in runs if (run.directory(out) / "summary.json").is_file()]
+    """One table row from the complete runs of a cell; None when none is."""
+    finished = [run for run in runs if complete(run.directory(out))]
     if not finished:
         return None
     target = TASKS[runs[0].task].target
@@ -198,19 +216,16 @@ def main() -> int:
     parser.add_argument("--corrections", nargs="+", choices=list(CORRECTIONS), default=list(CORRECTIONS))
     parser.add_argument("--seeds", type=int, default=3, help="Seeds per cell (train.seed and data.seed 0..N-1).")
     parser.add_argument("--rollouts", type=int, default=200, help="Drain budget per run.")
-    parser.add_argument("--quick", action="store_true", help=f"η ∈ {QUICK['staleness']} and `{' '.join(QUICK['geometry'])}`.")
+    parser.add_argument("--quick", action="store_true", help=f"Only {QUICK['tasks']} at η ∈ {QUICK['staleness']}.")
     parser.add_argument("--jobs", type=int, default=1, help="Runs trained at once (one Ray session each).")
     parser.add_argument("--budget-minutes", type=float, default=None,
                         help="Start no run after this many minutes; the table then holds the runs that finished.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Run directories (default runs/learning-quality, with --quick runs/learning-quality-quick).")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning-quality",
+                        help="Run directories; finished ones are read, not trained again.")
     parser.add_argument("--no-write", action="store_true", help="Print only; leave docs/correction.md alone.")
     args = parser.parse_args()
-    geometry = QUICK["geometry"] if args.quick else ()
-    if args.quick and "--staleness" not in sys.argv:
-        args.staleness = QUICK["staleness"]
-    if args.out is None:
-        args.out = ROOT / "runs" / ("learning-quality-quick" if args.quick else "learning-quality")
+    if args.quick:
+        args.tasks, args.staleness = QUICK["tasks"], QUICK["staleness"]
     if min(args.staleness) < 0 or args.seeds < 1 or args.rollouts < REWARD_WINDOW or args.jobs < 1:
         parser.error("--staleness must be ≥ 0, --seeds and --jobs ≥ 1, --rollouts ≥ 3")
 
@@ -218,7 +233,7 @@ def main() -> int:
     # by --budget-minutes is cut evenly.
     grid = [Run(task, correction, eta, seed) for seed in range(args.seeds) for task in args.tasks
             for eta in args.staleness for correction in args.corrections]
-    pending = [run for run in grid if not (run.directory(args.out) / "summary.json").is_file()]
+    pending = [run for run in grid if not complete(run.directory(args.out))]
     print(f"learning quality: {len(grid)} runs, {len(grid) - len(pending)} already in {args.out}", flush=True)
     started = time.monotonic()
     deadline = None if args.budget_minutes is None else started + 60 * args.budget_minutes
@@ -231,7 +246,7 @@ def main() -> int:
             if deadline is not None and time.monotonic() > deadline:
                 print("learning quality: budget spent, no new runs", flush=True)
                 break
-            running.add(pool.submit(_train, run, args.out, args.rollouts, geometry))
+            running.add(pool.submit(_train, run, args.out, args.rollouts))
         for _ in _wait(running, every=True):
             pass
 
@@ -255,8 +270,7 @@ def main() -> int:
            if any(row[1] == name for row in rows)])
     plotted = plot(rows, PLOT) if not args.no_write else False
     text = "\n\n".join([
-        f"{measured(sys.argv)}. {runs_done} runs of `fasync train {CONFIG}` with "
-        f"`{' '.join([*COMMON, *geometry])}`, "
+        f"{measured(sys.argv)}. {runs_done} runs of `fasync train {CONFIG}` with `{' '.join(COMMON)}`, "
         f"`async.max_weight_staleness=η`, `train.num_rollouts={args.rollouts}` (drains; one optimizer step each), "
         "seeds 0, 1, 2, ... (`train.seed`, `data.seed`; the reached column counts the runs of a cell), stopping when the 3-drain mean reward reaches "
         "the task's target. Steps and time to target are medians over the seeds that reached it; final reward "
