@@ -160,9 +160,12 @@ def process_name(pid: int) -> str:
         return words[0].split(".")[0].split()[0]
     program = Path(words[0]).name
     if program.startswith("python"):
-        rest = [w for w in words[1:] if not w.startswith("-")]
-        script = words[words.index("-m") + 1] if "-m" in words else (Path(rest[0]).name if rest else "")
-        return f"python {script}".strip()
+        if "-m" in words[1:-1]:
+            return f"python -m {words[words.index('-m') + 1]}"
+        if "-c" in words:
+            return "python -c"
+        scripts = [w for w in words[1:] if not w.startswith("-")]
+        return f"python {Path(scripts[0]).name}" if scripts else "python"
     return program
 
 
