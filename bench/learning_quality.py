@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/fully_async.yaml"
 DOC = ROOT / "docs" / "correction.md"
 PLOT = ROOT / "docs" / "learning_quality.png"
+CURVES = ROOT / "docs" / "learning_quality_curves.png"
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,35 @@ def plot(rows: list[list], path: Path) -> bool:
     return True
 
 
+def plot_curves(cells: dict[tuple, list[Run]], out: Path, path: Path) -> bool:
+    """Per task and η, the reward per drain (mean over the cell's seeds, 5-drain running mean), a line per
+    correction. False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    panels = sorted({(task, eta) for task, _, eta in cells}, key=lambda p: (list(TASKS).index(p[0]), p[1]))
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for axis, (task, eta) in zip(axes[0], panels):
+        for correction in CORRECTIONS:
+            curves = [[r["rollout_reward_mean"] for r in last_per_rollout(_records(run.directory(out)))]
+                      for run in cells.get((task, correction, eta), [])]
+            if not curves:
+                continue
+            mean = [statistics.mean(c[i] for c in curves if i < len(c)) for i in range(max(map(len, curves)))]
+            smooth = [statistics.mean(mean[max(0, i - 4):i + 1]) for i in range(len(mean))]
+            axis.plot(range(1, len(smooth) + 1), smooth, label=f"{correction} ({len(curves)} seeds)")
+        axis.axhline(TASKS[task].target, color="grey", linestyle=":", linewidth=1)
+        axis.set(title=f"{task}, η = {eta}", xlabel="drain (optimizer step)", ylabel="reward (5-drain mean)")
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
@@ -269,6 +299,7 @@ def main() -> int:
         + [f"- `{name}`: {label}: `{' '.join(overrides)}`" for name, (label, overrides) in CORRECTIONS.items()
            if any(row[1] == name for row in rows)])
     plotted = plot(rows, PLOT) if not args.no_write else False
+    curved = plot_curves(cells, args.out, CURVES) if not args.no_write else False
     text = "\n\n".join([
         f"{measured(sys.argv)}. {runs_done} runs of `fasync train {CONFIG}` with `{' '.join(COMMON)}`, "
         f"`async.max_weight_staleness=η`, `train.num_rollouts={args.rollouts}` (drains; one optimizer step each), "
@@ -280,6 +311,8 @@ def main() -> int:
         table(HEADER, [[*row[:4], fmt(row[4], 0), fmt(row[5], 1), *row[6:]] for row in rows]),
         *(["![Fraction of seeds reaching the target and final reward against η](learning_quality.png)"]
           if plotted else []),
+        *(["![Reward per drain for each correction, one panel per task and η](learning_quality_curves.png)"]
+          if curved else []),
     ])
     print(text)
     if not args.no_write:
