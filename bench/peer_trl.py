@@ -296,7 +296,7 @@ def median(results: list[dict], key: str) -> float | None:
 def render(results: dict[str, list[dict]], repeats: int, steps: int, target: float) -> str:
     with_target(results, target)
     trl = results["trl"]
-    sides = [side for side in results if side != "ray"]
+    sides = [side for side, runs in results.items() if side != "ray" and runs]
     header = ["side", "exit (worst)", f"reached {target}", f"steps to {target} (median)", "per step (ms)", "× TRL",
               f"time to {target} (s)", "× TRL", "first step (s)", "× TRL", "peak PSS (GiB)", "× TRL"]
     rows = []
@@ -312,7 +312,7 @@ def render(results: dict[str, list[dict]], repeats: int, steps: int, target: flo
     phases = [[side, *(spread([r.get(f"{key}_ms") for r in runs], 1)
                        for key in ("generate_time", "train_call_time", "train_time", "weight_sync_time")),
                spread([r["step_ms"] for r in runs], 0)]
-              for side, runs in results.items() if side not in ("trl", "ray")]
+              for side, runs in results.items() if side not in ("trl", "ray") and runs]
 
     def top(runs: list[dict]) -> str:
         """The largest processes at the peak of the side's first run."""
@@ -327,7 +327,7 @@ def render(results: dict[str, list[dict]], repeats: int, steps: int, target: flo
                       spread([r["peak_pss_gib"] for r in results["ray"]], 2), top(results["ray"])])
 
     def ratio(side: str, key: str) -> float | None:
-        if side not in results:
+        if not results.get(side):
             return None
         ours, theirs = median(results[side], key), median(trl, key)
         return ours / theirs if ours is not None and theirs else None
