@@ -286,7 +286,7 @@ def main() -> int:
     for summary in sorted(args.out.glob("*/*/eta*/seed*/summary.json")):
         seed_dir = summary.parent
         task, correction = seed_dir.parent.parent.parent.name, seed_dir.parent.parent.name
-        if task in TASKS and correction in CORRECTIONS:
+        if task in TASKS and correction in CORRECTIONS and complete(seed_dir):
             run = Run(task, correction, int(seed_dir.parent.name[3:]), int(seed_dir.name[4:]))
             cells.setdefault((run.task, run.correction, run.staleness), []).append(run)
     rows = [row for runs in cells.values() if (row := cell_row(runs, args.out)) is not None]
