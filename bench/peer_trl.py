@@ -250,8 +250,8 @@ def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: flo
         ready = out / "ready"
         result["ray_init_s"] = float(ready.read_text()) if ready.exists() else None
     elif side != "trl" and lines and first_step is not None:
-        # The first record's wall_time counts from when the run opened its metrics file (Ray and the actors
-        # are up by then): what comes before it is imports, config, Ray's start and the actors' start.
+        # The first record's wall_time counts from when the run opened its metrics file, after Ray's start and
+        # before the actors': what comes before it is imports, config and Ray's start.
         result["before_metrics_s"] = first_step - lines[0]["wall_time"]
     if side not in ("trl", "ray"):
         steady = lines[2:]
@@ -380,8 +380,9 @@ def render(results: dict[str, list[dict]], repeats: int, steps: int, target: flo
         "and collating the samples), train (the optimizer step as the trainer times it), weight sync:",
         table(["mode", "generate", "train call", "train", "weight sync", "per step (wall)"], phases),
         "Where the start-up and the memory go: the first step's latency, the part of it before the run opened "
-        "its metrics file (imports, config, Ray's start, the actors' start and model load; fasync only), the "
-        "peak PSS, and the largest processes at that peak (MiB, first run):",
+        "its metrics file (fasync only: imports, config and Ray's start; the actors start, load the model and "
+        "take the first rollout and step after it), the peak PSS, and the largest processes at that peak "
+        "(MiB, first run):",
         table(["side", "first step (s)", "before the metrics file (s)", "peak PSS (GiB)",
                "largest processes at the peak (MiB)"], where),
         table(["goal", "ratio", "verdict"], goals),
