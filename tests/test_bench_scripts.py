@@ -83,7 +83,7 @@ def test_a_cell_without_a_complete_run_has_no_row(tmp_path):
 
 
 def test_memory_is_summed_over_the_process_and_its_descendants():
-    child = subprocess.Popen([sys.executable, "-c", "import time; x = bytearray(64 * 2**20); time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; x = b'x' * (64 * 2**20); time.sleep(30)"])
     try:
         deadline = 200
         while deadline and peer.tree_pss(os.getpid())[1].get("python -c", 0) < 60 * 2**20:
