@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint docs bench clean
+.PHONY: demo test venv venv-peer lint docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,5 +33,11 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/fasync bench configs/quickstart.yaml --repeat 2
 
+# TRL for bench/peer_trl.py, in a venv of its own so the default install never carries it.
+venv-peer:
+	test -x .venv-peer/bin/python || $(PY) -m venv .venv-peer
+	.venv-peer/bin/python -m pip install -q torch==2.13.0
+	.venv-peer/bin/python -m pip install -q -e '.[peer]'
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) .venv-peer runs .pytest_cache

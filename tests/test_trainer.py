@@ -346,3 +346,57 @@ def test_reward_rises_in_a_short_generate_score_train_sync_loop():
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     # Chance is about 1/15 per position; this seed reaches about 0.36 (seeds 0-5: 0.25 to 0.38).
     assert last > first + 0.12 and last > 2.5 * first, rewards
+
+
+# -- the recompute anchor's forward ------------------------------------------------------------------
+
+
+def counted_forwards(trainer: Trainer) -> list[bool]:
+    """Records, for every forward of the policy from now on, whether it ran with gradient."""
+    calls = []
+    forward = trainer.model.forward
+
+    def counting(*args, **kwargs):
+        calls.append(torch.is_grad_enabled())
+        return forward(*args, **kwargs)
+
+    trainer.model.forward = counting
+    return calls
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_recompute_takes_no_extra_forward_for_a_rollouts_first_step(steps):
+    cfg = config(correction={"ratio_anchor": "recompute"},
+                 train={"global_batch_size": 16 // steps, "micro_batch_size": 4, "num_steps_per_rollout": steps})
+    trainer = Trainer(cfg)
+    samples = favoured_batch(trainer)
+    calls = counted_forwards(trainer)
+    trainer.train_rollout(samples, current_version=0)
+    # Sixteen samples in micro batches of four: four forwards with gradient over the rollout, and no-grad
+    # forwards only for the anchors of the steps after the first.
+    assert calls.count(True) == 4 and calls.count(False) == 4 - 4 // steps
+
+
+def test_the_skipped_anchor_equals_the_recomputed_one_and_leaves_the_update_unchanged():
+    cfg = config(correction={"ratio_anchor": "recompute", "level": "token"}, train={"micro_batch_size": 4})
+    skipping, recomputing = Trainer(cfg), Trainer(cfg)
+    scramble(skipping), scramble(recomputing)
+    samples = favoured_batch(skipping, shift=-SHIFT)
+    assert [s.behaviour_logprobs for s in samples] == [s.behaviour_logprobs for s in favoured_batch(recomputing,
+                                                                                                  shift=-SHIFT)]
+    # What the trainer did before: a no-grad forward for every micro batch of the step, ahead of it.
+    plain = recomputing._micro_batches
+
+    def with_anchors(rows, steps):
+        step_batches = plain(rows, steps)
+        for batch in (b for batches in step_batches for b in batches):
+            batch.anchor_logp = recomputing._logprobs(batch)
+        return step_batches
+
+    recomputing._micro_batches = with_anchors
+    (skipped,) = skipping.train_rollout([Sample(**vars(s)) for s in samples], current_version=1)
+    (recomputed,) = recomputing.train_rollout([Sample(**vars(s)) for s in samples], current_version=1)
+    for key in ("loss", "pg_loss", "grad_norm", "is/weight_mean", "is/kl_k3", "clip_fraction"):
+        assert skipped[key] == pytest.approx(recomputed[key], rel=1e-6, abs=1e-9), key
+    for name, tensor in weights(skipping).items():
+        assert torch.allclose(tensor, weights(recomputing)[name], rtol=0, atol=1e-7), name

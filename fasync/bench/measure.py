@@ -45,7 +45,7 @@ class ModeReport:
     """The trainer's optimizer steps in the window, as the trainer times them."""
     train_call_s: float
     """The train calls in the window as the driver waited for them: the steps plus moving the samples,
-    advantages, batching and (with the `recompute` anchor) the extra forward."""
+    advantages, batching and (with the `recompute` anchor and several steps per rollout) the extra forward."""
     weight_sync_s: float
     """Time the driver was held by weight syncs in the window."""
     window_s: float

@@ -7,8 +7,10 @@ trimmed), and each step accumulates gradients over micro batches before one opti
 The PPO ratio's anchor (`correction.ratio_anchor`, defaulted per mode in `fasync.config.derived`):
 - `behaviour`: the rollout logprobs. The ratio already is the importance ratio, so correction
   weights are not applied again (masks and diagnostics still are). No extra forward.
-- `recompute`: the trainer's own logprobs at the start of the rollout, from one no-grad forward
-  before the first step; correction weights π_old / π_behav when `correction.level` is set.
+- `recompute`: the trainer's own logprobs at the start of the rollout; correction weights
+  π_old / π_behav when `correction.level` is set. The first step's anchor is its own forward, detached
+  (no update has happened yet, so a no-grad forward would give the same values); only the later steps of
+  a rollout (`num_steps_per_rollout > 1`) need the extra no-grad forward, taken before the first step.
 - `proximal` (decoupled PPO): the policy at the start of each optimizer step. Weights do not change
   within a step, so these are the step's own forward, detached: no extra forward. The ratio's
   value is then 1 and its gradient the policy gradient; the weights π_prox / π_behav carry the
@@ -95,7 +97,7 @@ class Trainer:
 
         step_batches = self._micro_batches(samples, steps)
         if self.derived.ratio_anchor == "recompute":
-            for batches in step_batches:
+            for batches in step_batches[1:]:
                 for batch in batches:
                     batch.anchor_logp = self._logprobs(batch)
         return [self._step([samples[i] for i in step], batches, current_version)
@@ -146,7 +148,9 @@ class Trainer:
                 corrected = correction.apply(logp, old, batch.completion_mask, self.cfg.correction)
                 weights = torch.ones_like(logp)
             else:
-                old = batch.anchor_logp if anchor == "recompute" else logp.detach()
+                # proximal, and the first step of recompute: the weights have not moved since they
+                # produced `logp`, so the anchor is the step's own forward, detached.
+                old = logp.detach() if batch.anchor_logp is None else batch.anchor_logp
                 corrected = correction.apply(old, batch.behaviour_logprobs, batch.completion_mask,
                                              self.cfg.correction)
                 weights = corrected.weights
