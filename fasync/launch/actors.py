@@ -39,9 +39,8 @@ class EngineActor:
         return pack(self.engine.generate(unpack(requests), params, token_budget))
 
     def load_weights(self, weights: dict, version: int) -> int:
-        """`weights` as `TrainerActor.rollout_weights` returns them."""
-        self.engine.load_weights(arrays_to_weights(weights), version)
-        return version
+        """`weights` as `TrainerActor.rollout_weights` returns them; returns the version the engine serves."""
+        return self.engine.load_weights(arrays_to_weights(weights), version)
 
     @ray.method(concurrency_group="control")
     def abort(self) -> None:

@@ -101,11 +101,13 @@ class RolloutEngine(ABC):
                     )
             return results
 
-    def load_weights(self, state_dict: dict, version: int) -> None:
-        """Load the trainer's weights as `version`; waits for a generate call in progress."""
+    def load_weights(self, state_dict: dict, version: int) -> int:
+        """Load the trainer's weights as `version`; waits for a generate call in progress. Returns the
+        version the engine now serves."""
         with self._busy:
             self._load_state_dict(state_dict)
             self._version = version
+            return self._version
 
     def abort(self) -> None:
         """Make the generate calls made so far return promptly (unfinished requests `abort`);
