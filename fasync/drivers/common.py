@@ -21,6 +21,9 @@ from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
 from fasync.staleness import VersionClock
 
+COMPLETED = "completed all rollouts"
+"""`Run.stop_reason` of a run that neither stopped early nor failed."""
+
 REWARD_WINDOW = 3
 """Rollouts averaged for `train.target_reward` early stopping."""
 
@@ -116,7 +119,7 @@ class Run:
         self.step = 0
         self.recent_rewards: deque[float] = deque(maxlen=REWARD_WINDOW)
         self._last_record_time = time.monotonic()
-        self.stop_reason = "completed all rollouts"
+        self.stop_reason = COMPLETED
         # Version 0, pushed without waiting: a driver starts its own actors before `wait_until_ready`,
         # so that they start up alongside the engines and the trainer.
         self._first_push = push_weights(self.engines, self.trainer.state_dict_ref(), self.version)
@@ -124,7 +127,11 @@ class Run:
     def wait_until_ready(self) -> None:
         """Block until the engines and the trainer have started and the engines hold version 0; raises the
         start-up error of an actor that failed."""
-        ray.get(self._first_push)
+        try:
+            ray.get(self._first_push)
+        except Exception:
+            self.stop_reason = "start-up failed: an engine or the trainer did not start, or did not load weight version 0"
+            raise
 
     def next_version(self) -> int:
         """The trainer's weights become the next version, published after the steps taken so far."""

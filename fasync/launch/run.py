@@ -153,7 +153,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
     import ray
 
     from fasync.drivers import driver_for
-    from fasync.drivers.common import Run
+    from fasync.drivers.common import COMPLETED, Run
     from fasync.metrics.progress import Progress
 
     started = time.monotonic()
@@ -174,6 +174,8 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
         _echo("fasync train: interrupted, stopping all actors")
     except Exception as error:  # noqa: BLE001 - any actor failure ends the run with its message
         outcome, code = "failed", ExitCode.FAILED
+        if run is not None and run.stop_reason == COMPLETED:
+            run.stop_reason = f"{type(error).__name__} after {run.step} optimizer steps"
         _echo(f"fasync train: the run failed: {type(error).__name__}: {error}")
     finally:
         if run is not None:
