@@ -63,15 +63,27 @@ def write_run(directory: Path, model_dir: Path, mode: str, rollouts: int = ROLLO
 
 def start_train(directory: Path, config: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(directory)])}
+    # A session of its own: whatever happens to the test, `finish` ends the run and the Ray cluster it started.
     return subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", str(config), "--run-dir",
                              str(directory / "out")], cwd=directory, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
+def finish(process: subprocess.Popen, timeout: float) -> str:
+    """The run's output once it exits; past `timeout` it is stopped (its whole process group) and the test fails."""
+    try:
+        return process.communicate(timeout=timeout)[0]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", MODES)
 def test_each_mode_learns_with_the_vllm_engine(model_dir, tmp_path, mode):
     process = start_train(tmp_path, write_run(tmp_path, model_dir, mode))
-    output, _ = process.communicate(timeout=600)
+    output = finish(process, timeout=800)
     assert process.returncode == 0, output[-4000:]
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == ROLLOUTS
@@ -111,23 +123,21 @@ def engine_pids(root: int) -> list[int]:
     return found
 
 
+@pytest.mark.timeout(900)
 def test_an_engine_killed_mid_run_fails_the_run_within_seconds(model_dir, tmp_path):
     process = start_train(tmp_path, write_run(tmp_path, model_dir, "sync", rollouts=200))
     metrics = tmp_path / "out" / "metrics.jsonl"
-    try:
-        deadline = time.monotonic() + 300
-        while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
-            assert process.poll() is None and time.monotonic() < deadline, "the run never reached its first step"
-            time.sleep(0.5)
-        pids = engine_pids(process.pid)
-        assert len(pids) == 1, pids
-        os.kill(pids[0], signal.SIGKILL)
-        killed = time.monotonic()
-        output, _ = process.communicate(timeout=120)
-        waited = time.monotonic() - killed
-    finally:
-        if process.poll() is None:
-            process.kill()
+    deadline = time.monotonic() + 600
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
+        if process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail("the run never reached its first step:\n" + finish(process, timeout=0)[-4000:])
+        time.sleep(0.5)
+    pids = engine_pids(process.pid)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    killed = time.monotonic()
+    output = finish(process, timeout=120)
+    waited = time.monotonic() - killed
     assert process.returncode != 0, output[-4000:]
     assert waited < 30, waited
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())

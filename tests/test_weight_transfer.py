@@ -58,7 +58,7 @@ def test_the_bucketed_source_yields_what_its_metadata_declares(model_dir, policy
         sent = list(source)
         assert [(name, t.dtype, tuple(t.shape)) for name, t in sent] == declared
     assert {name for name, _, _ in declared} == checkpoint_names(model_dir)
-    for (name, tensor), original in zip(sent, tensors.values()):
+    for (_, tensor), original in zip(sent, tensors.values()):
         torch.testing.assert_close(tensor, original.to(torch.bfloat16))
 
 

@@ -39,6 +39,9 @@ def cpu_environment(cfg: FasyncConfig) -> dict[str, str]:
         # Ray, the trainer and the other engines share these cores: pinning threads to cores would stack
         # them all on the ones vLLM picks.
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        # vLLM compiles its sampling ops with inductor, which on CPU means g++ in every new engine process:
+        # minutes on a busy machine, for ops that take milliseconds in eager mode.
+        "TORCH_COMPILE_DISABLE": "1",
     }
 
 
