@@ -98,27 +98,34 @@ class VLLMEngine(RolloutEngine):
         # Cached prefixes hold keys and values computed by the old weights.
         self.llm.reset_prefix_cache()
 
-    # -- the `ipc` and `nccl` transports: the trainer's sender calls these through the engine actor ------------
+    # -- the `ipc` and `nccl` transports: what vLLM's `RayVLLMWeightSyncClient` calls on the engine actor ------
 
     def init_weight_transfer_engine(self, request) -> None:
         self.llm.collective_rpc("init_weight_transfer_engine", kwargs={"init_info": request.init_info})
 
     def start_weight_update(self) -> None:
         self._busy.acquire()  # no generation while the weights change; released by `finish_weight_update`
-        self.llm.collective_rpc("start_weight_update")
+        try:
+            self.llm.collective_rpc("start_weight_update")
+        except BaseException:
+            self._busy.release()
+            raise
 
     def update_weights(self, request) -> None:
         self.llm.collective_rpc("update_weights", kwargs={"update_info": request.update_info})
 
-    def finish_weight_update(self, version: int) -> int:
-        """Serve the weights just received as `version`; returns the version served."""
+    def finish_weight_update(self) -> None:
         try:
             self.llm.collective_rpc("finish_weight_update")
-            self.llm.reset_prefix_cache()
-            self._version = version
+            self.llm.reset_prefix_cache()  # keys and values of the old weights
         finally:
             self._busy.release()
-        return self._version
+
+    def update_weight_version(self, version: str) -> int:
+        """Serve the weights just received as `version` (the client sends it as text); returns the version served."""
+        with self._busy:
+            self._version = int(version)
+            return self._version
 
     # -- colocated runs hand the GPU back to the trainer between rollouts -------------------------------------
 
