@@ -63,34 +63,52 @@ def write_run(directory: Path, model_dir: Path, mode: str, rollouts: int = ROLLO
 
 def start_train(directory: Path, config: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(directory)])}
-    # A session of its own: whatever happens to the test, `finish` ends the run and the Ray cluster it started.
-    return subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", str(config), "--run-dir",
-                             str(directory / "out")], cwd=directory, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # Output to a file (a pipe nobody reads while the other runs go on would fill and block the run), and a
+    # session of its own: whatever happens to the test, the run and the Ray cluster it started can be ended.
+    with open(directory / "output.txt", "w") as output:
+        return subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", str(config), "--run-dir",
+                                 str(directory / "out")], cwd=directory, env=env, stdout=output,
+                                stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def finish(process: subprocess.Popen, timeout: float) -> str:
+def finish(process: subprocess.Popen, directory: Path, timeout: float) -> str:
     """The run's output once it exits; past `timeout` it is stopped (its whole process group) and the test fails."""
     try:
-        return process.communicate(timeout=timeout)[0]
+        process.wait(timeout=timeout)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+            process.wait()
+    return (directory / "output.txt").read_text()
 
 
-@pytest.mark.timeout(900)
+@pytest.fixture(scope="module")
+def runs(model_dir, tmp_path_factory):
+    """Every run of this module started at once, each with its own Ray cluster and vLLM engine: most of a run
+    is starting up, and the runs overlap it. `kill` trains long enough to have its engine killed."""
+    started = {}
+    for name, mode, rollouts in [*((mode, mode, ROLLOUTS) for mode in MODES), ("kill", "sync", 1000)]:
+        directory = tmp_path_factory.mktemp(name)
+        started[name] = (directory, start_train(directory, write_run(directory, model_dir, mode, rollouts)))
+    yield started
+    for _, process in started.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("mode", MODES)
-def test_each_mode_learns_with_the_vllm_engine(model_dir, tmp_path, mode):
-    process = start_train(tmp_path, write_run(tmp_path, model_dir, mode))
-    output = finish(process, timeout=800)
+def test_each_mode_learns_with_the_vllm_engine(runs, mode):
+    directory, process = runs[mode]
+    output = finish(process, directory, timeout=1100)
     assert process.returncode == 0, output[-4000:]
-    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (directory / "out" / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == ROLLOUTS
     rewards = [r["reward_mean"] for r in records]
     assert sum(rewards[-2:]) / 2 > rewards[0] + 0.3, rewards
     assert all(r["ledger_balanced"] for r in records)
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    summary = json.loads((directory / "out" / "summary.json").read_text())
     assert summary["outcome"] == "finished" and summary["optimizer_steps"] == ROLLOUTS
     ledger = summary["ledger"]
     assert ledger["produced"] == ledger["consumed"] + sum(ledger["dropped"].values()) + ledger["queued"] + \
@@ -123,23 +141,27 @@ def engine_pids(root: int) -> list[int]:
     return found
 
 
-@pytest.mark.timeout(900)
-def test_an_engine_killed_mid_run_fails_the_run_within_seconds(model_dir, tmp_path):
-    process = start_train(tmp_path, write_run(tmp_path, model_dir, "sync", rollouts=200))
-    metrics = tmp_path / "out" / "metrics.jsonl"
-    deadline = time.monotonic() + 600
+@pytest.mark.timeout(1200)
+def test_an_engine_killed_mid_run_fails_the_run_within_seconds(runs):
+    directory, process = runs["kill"]
+    metrics = directory / "out" / "metrics.jsonl"
+    deadline = time.monotonic() + 1000
     while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
         if process.poll() is not None or time.monotonic() > deadline:
-            pytest.fail("the run never reached its first step:\n" + finish(process, timeout=0)[-4000:])
+            pytest.fail("the run never reached its first step:\n" + finish(process, directory, timeout=0)[-4000:])
         time.sleep(0.5)
     pids = engine_pids(process.pid)
     assert len(pids) == 1, pids
     os.kill(pids[0], signal.SIGKILL)
     killed = time.monotonic()
-    output = finish(process, timeout=120)
-    waited = time.monotonic() - killed
+    # The failure is reported when the driver sees the engine's death; stopping the actors and the Ray
+    # cluster after that takes seconds more on a busy machine.
+    while "the run failed" not in (directory / "output.txt").read_text() and time.monotonic() - killed < 120:
+        time.sleep(0.2)
+    noticed = time.monotonic() - killed
+    output = finish(process, directory, timeout=120)
     assert process.returncode != 0, output[-4000:]
-    assert waited < 30, waited
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["outcome"] == "failed" and summary["optimizer_steps"] < 200
+    assert noticed < 20, noticed
+    summary = json.loads((directory / "out" / "summary.json").read_text())
+    assert summary["outcome"] == "failed" and summary["optimizer_steps"] < 1000
     assert "the run failed" in output
