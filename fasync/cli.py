@@ -34,6 +34,16 @@ class TableFormat(str, Enum):
     json = "json"
 
 
+class Framework(str, Enum):
+    verl = "verl"
+    slime = "slime"
+    miles = "miles"
+    areal = "areal"
+    prime_rl = "prime-rl"
+    openrlhf = "openrlhf"
+    trl = "trl"
+
+
 class ShowFormat(str, Enum):
     text = "text"
     yaml = "yaml"
@@ -119,6 +129,9 @@ def explain_rule(code: Annotated[str, typer.Argument(help="A code from `fasync r
 def config_show(
     targets: Annotated[list[str], typer.Argument(metavar="FILE [KEY=VALUE...]")],
     format: Annotated[ShowFormat, typer.Option("--format", help="Output format.")] = ShowFormat.text,
+    as_framework: Annotated[Framework | None, typer.Option(
+        "--as", help="Print the batch geometry, mode and staleness in this framework's own terms instead "
+        "(what `fasync import` reads back).")] = None,
 ) -> None:
     """Print the resolved config, where each value was set, and the derived quantities."""
     from fasync.config.loader import load_config
@@ -132,6 +145,13 @@ def config_show(
     if result.config is None:
         typer.echo(render(result.diagnostics, "text", files=1, color=_use_color()), err=True)
         raise typer.Exit(ExitCode.FAILED if Path(files[0]).is_file() else ExitCode.USAGE)
+    if as_framework is not None:
+        from fasync.config.derived import derive
+        from fasync.migrate import express, render_expressed
+
+        expressed = express(as_framework.value, result.config, derive(result.config))
+        typer.echo(render_expressed(expressed, files[0]), nl=False)
+        return
     typer.echo(show(result, format.value))
 
 
@@ -188,6 +208,27 @@ def bench(
 
 
 @app.command()
+def report(
+    run_dirs: Annotated[list[str], typer.Argument(metavar="RUN_DIR...", help="Run directories written by "
+                                                  "`fasync train`; several are overlaid.")],
+    out: Annotated[str | None, typer.Option("-o", "--out", help="Where the PNGs and report.md go (default: "
+                                            "RUN_DIR/report for one run, ./report for several).")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="The legend name of each run, in order "
+                                                    "(repeatable; default: the directory names).")] = None,
+) -> None:
+    """Chart one or several runs (reward, staleness and lag, queue and idle time, the is/ diagnostics, the time
+    split) and write report.md with a summary table. Exit 0: written, 2: bad input."""
+    from fasync.report import ReportError, write_report
+
+    target = Path(out) if out else (Path(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("report"))
+    try:
+        written = write_report(run_dirs, target, labels=label or None)
+    except ReportError as error:
+        _fail(f"fasync report: {error}")
+    typer.echo(f"fasync report: wrote {written} and its charts")
+
+
+@app.command()
 def simulate(
     targets: Annotated[list[str], typer.Argument(metavar="FILE [KEY=VALUE...]",
                                                  help="The config file, then overrides applied to every variant.")],
@@ -208,16 +249,6 @@ def simulate(
     code, output = run(files[0], overrides, calibrate or [], sweep or [], format.value)
     typer.echo(output, err=code != 0)
     raise typer.Exit(code)
-
-
-class Framework(str, Enum):
-    verl = "verl"
-    slime = "slime"
-    miles = "miles"
-    areal = "areal"
-    prime_rl = "prime-rl"
-    openrlhf = "openrlhf"
-    trl = "trl"
 
 
 @app.command("import", context_settings={"ignore_unknown_options": True})

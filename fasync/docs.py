@@ -140,6 +140,15 @@ def render_migrate_md() -> str:
          "conversion by hand, is listed under the config. The result is then linted like `fasync check`, with "
          "the same exit codes (the migrated geometry often shows S001: several optimizer steps per drain)."),
         "",
+        ("The other way, `fasync config show CONFIG --as FRAMEWORK` prints a fasync config's mode, batch geometry, "
+         "staleness bound and sync interval in the framework's own syntax (hydra overrides for verl, flags for "
+         "slime, miles and OpenRLHF, YAML for AReaL, TOML for prime-rl, a `GRPOConfig(...)` for TRL), each value "
+         "with the fasync quantity it carries, and names what the framework cannot express (slime's "
+         "`train_async.py` runs exactly one rollout ahead; prime-rl takes one optimizer step per batch; AReaL and "
+         "prime-rl always stream). Reading that back with `fasync import` gives the same samples per rollout, "
+         "optimizer steps per drain, staleness in versions and sync interval; the tests check this round trip "
+         "for every framework."),
+        "",
         ("The tables below are generated from `fasync/config/foreign_keys.py`, the same table the hints use. "
          "`converted` means the fasync value follows from the framework's own semantics by arithmetic or a unit "
          "change (the note says how); keys are written as the framework spells them, flags without their dashes "

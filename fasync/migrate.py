@@ -331,7 +331,13 @@ def _trl(source: Source, out: Imported) -> set[str]:
         out.set("mode", "fully_async", f"{source.cite('max_staleness')}: TRL's async GRPO")
     else:
         out.set("mode", "sync", "TRL's GRPOTrainer generates, then trains")
-    return {"gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "num_processes"}
+    if "weight_sync_steps" in source.values:
+        steps_per_drain = max(samples // (per_device * processes * accumulation), 1)
+        interval = max(source.get("weight_sync_steps") // steps_per_drain, 1)
+        out.set("async.update_weights_interval", interval,
+                f"{source.cite('weight_sync_steps')} optimizer steps / {steps_per_drain} per generation = {interval}")
+    return {"gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "num_processes",
+            "weight_sync_steps"}
 
 
 _CONVERTERS: dict[str, Callable[[Source, Imported], set[str]]] = {
@@ -370,3 +376,240 @@ def render(framework: str, sources: list[str], imported: Imported) -> str:
 def import_config(framework: str, sources: list[str]) -> tuple[str, Imported]:
     imported = translate(read(framework, sources))
     return render(framework, sources, imported), imported
+
+
+# --- the other way: a fasync config in a framework's terms --------------------------------------------------
+
+@dataclass
+class Expressed:
+    """A fasync config's geometry, mode and staleness as one framework writes them."""
+
+    framework: str
+    entry: str
+    """What a launch script runs (`python3 train_async.py`), or the file kind (yaml, toml, python)."""
+    settings: list[tuple[str, Any, str]] = field(default_factory=list)
+    """(key as the framework writes it, value, the fasync quantity it carries)."""
+    missing: list[str] = field(default_factory=list)
+    """What the framework cannot say of this config: reading it back with `fasync import` gives another run."""
+
+    def put(self, key: str, value: Any, why: str) -> None:
+        self.settings.append((key, value, why))
+
+
+def express(framework: str, cfg, derived) -> Expressed:
+    """`cfg` (a FasyncConfig) as `framework`'s settings, computed by that framework's semantics, which
+    `fasync import` reads back to the same derived quantities; what it cannot express is listed."""
+    return _EXPRESSERS[framework](cfg, derived)
+
+
+def _geometry(cfg, derived) -> tuple[int, int, int, int, Any, int]:
+    """(prompts, samples per prompt, samples per step, steps per drain, staleness bound, sync interval)."""
+    return (cfg.rollout.batch_size, cfg.rollout.n_samples_per_prompt, derived.effective_global_batch_size,
+            derived.num_steps_per_rollout, cfg.async_.max_weight_staleness, cfg.async_.update_weights_interval)
+
+
+def _untrimmed(out: Expressed, derived) -> None:
+    if derived.trimmed_samples_per_rollout:
+        out.missing.append(f"{derived.trimmed_samples_per_rollout} samples per rollout that fasync trims: "
+                           f"{FRAMEWORKS[out.framework]} trains every sample it generates")
+
+
+def _prompts_per_step(out: Expressed, samples_per_step: int, n: int) -> int:
+    if samples_per_step % n:
+        out.missing.append(f"a step of {samples_per_step} samples with {n} per prompt: {FRAMEWORKS[out.framework]} "
+                           "counts whole prompts per mini-batch")
+    return max(samples_per_step // n, 1)
+
+
+def _no_interval(out: Expressed, interval: int) -> None:
+    if interval != 1:
+        out.missing.append(f"async.update_weights_interval {interval}: {FRAMEWORKS[out.framework]} syncs the "
+                           "weights after every training step")
+
+
+def _as_verl(cfg, derived) -> Expressed:
+    prompts, n, per_step, steps, bound, interval = _geometry(cfg, derived)
+    fully_async = cfg.mode != "sync"
+    out = Expressed("verl", "python3 -m verl.experimental.fully_async_policy.fully_async_main" if fully_async
+                    else "python3 -m verl.trainer.main_ppo")
+    mini = _prompts_per_step(out, per_step, n)
+    out.put("actor_rollout_ref.rollout.n", n, "rollout.n_samples_per_prompt")
+    out.put("actor_rollout_ref.actor.ppo_mini_batch_size", mini, f"{per_step} samples per step / {n}")
+    _untrimmed(out, derived)
+    if not fully_async:
+        out.put("data.train_batch_size", prompts, "rollout.batch_size")
+        out.put("trainer.total_training_steps", cfg.train.num_rollouts, "train.num_rollouts")
+        return out
+    if cfg.mode == "async":
+        out.missing.append("mode async: verl's asynchronous recipe is the fully-async one (mode: fully_async)")
+    if bound is None:
+        out.missing.append("no staleness bound: verl's staleness_threshold is always a number")
+    out.put("data.train_batch_size", 0, "the fully-async recipe fetches require_batches mini-batches instead")
+    out.put("async_training.require_batches", steps, f"{steps} optimizer steps per drain of {prompts} prompts")
+    out.put("async_training.staleness_threshold", float(bound or 0), f"async.max_weight_staleness {bound}")
+    out.put("async_training.trigger_parameter_sync_step", interval, "async.update_weights_interval")
+    out.put("async_training.partial_rollout", cfg.async_.partial_rollout, "async.partial_rollout")
+    out.put("rollout.total_rollout_steps", cfg.train.num_rollouts * prompts,
+            f"{cfg.train.num_rollouts} drains × {prompts} prompts")
+    return out
+
+
+def _as_slime(framework: str):
+    def express_slime(cfg, derived) -> Expressed:
+        prompts, n, per_step, steps, bound, interval = _geometry(cfg, derived)
+        script = {"sync": "train.py", "async": "train_async.py", "fully_async": "train_async.py"}[cfg.mode]
+        out = Expressed(framework, f"python3 {script}")
+        out.put("rollout-batch-size", prompts, "rollout.batch_size")
+        out.put("n-samples-per-prompt", n, "rollout.n_samples_per_prompt")
+        out.put("global-batch-size", per_step, "samples per optimizer step")
+        out.put("num-steps-per-rollout", steps, "optimizer steps per rollout")
+        out.put("num-rollout", cfg.train.num_rollouts, "train.num_rollouts")
+        out.put("update-weights-interval", interval, "async.update_weights_interval")
+        _untrimmed(out, derived)
+        if cfg.mode == "async" and bound != 1:
+            out.missing.append(f"async.max_weight_staleness {bound}: {FRAMEWORKS[framework]}'s train_async.py runs "
+                               "exactly one rollout ahead")
+        if cfg.mode == "fully_async":
+            if framework == "slime":
+                out.missing.append("mode fully_async: slime overlaps one rollout (train_async.py); miles streams")
+            else:
+                out.put("fully-async", True, "mode fully_async")
+                if bound is None:
+                    out.missing.append("no staleness bound: miles's max_weight_staleness is always a number")
+                else:
+                    out.put("max-weight-staleness", bound, "async.max_weight_staleness")
+                if cfg.async_.partial_rollout:  # a store_true flag: absent is false
+                    out.put("partial-rollout", True, "async.partial_rollout")
+        return out
+    return express_slime
+
+
+def _streaming_bound(out: Expressed, cfg, key: str) -> None:
+    """Frameworks that always stream (AReaL, prime-rl): the bound is a number, 0 their closest to sync."""
+    name, bound = FRAMEWORKS[out.framework], cfg.async_.max_weight_staleness
+    if cfg.mode != "fully_async":
+        out.missing.append(f"mode {cfg.mode}: {name} always streams ({key} 0 is its closest to sync)")
+    elif bound is None:
+        out.missing.append(f"no staleness bound: {name}'s {key} is always a number")
+    out.put(key, bound if bound is not None else 0, "async.max_weight_staleness")
+
+
+def _as_areal(cfg, derived) -> Expressed:
+    prompts, n, per_step, steps, bound, interval = _geometry(cfg, derived)
+    out = Expressed("areal", "yaml")
+    out.put("train_dataset.batch_size", prompts, "rollout.batch_size: prompts per training step")
+    out.put("gconfig.n_samples", n, "rollout.n_samples_per_prompt")
+    out.put("actor.ppo_n_minibatches", steps, "optimizer steps per drain")
+    _streaming_bound(out, cfg, "rollout.max_head_offpolicyness")
+    _untrimmed(out, derived)
+    _no_interval(out, interval)
+    return out
+
+
+def _as_prime_rl(cfg, derived) -> Expressed:
+    prompts, n, per_step, steps, bound, interval = _geometry(cfg, derived)
+    out = Expressed("prime-rl", "toml")
+    if steps != 1:
+        out.missing.append(f"{steps} optimizer steps per drain: prime-rl takes one step per batch")
+    out.put("max_steps", cfg.train.num_rollouts, "train.num_rollouts")
+    out.put("orchestrator.batch_size", prompts * n, f"{prompts} prompts × {n} samples per step")
+    out.put("orchestrator.group_size", n, "rollout.n_samples_per_prompt")
+    _streaming_bound(out, cfg, "orchestrator.max_off_policy_steps")
+    _no_interval(out, interval)
+    return out
+
+
+def _as_openrlhf(cfg, derived) -> Expressed:
+    prompts, n, per_step, steps, bound, interval = _geometry(cfg, derived)
+    out = Expressed("openrlhf", "python3 -m openrlhf.cli.train_ppo_ray")
+    out.put("rollout.batch_size", prompts, "rollout.batch_size")
+    out.put("rollout.n_samples_per_prompt", n, "rollout.n_samples_per_prompt")
+    out.put("train.batch_size", per_step, "samples per optimizer step")
+    _untrimmed(out, derived)
+    _no_interval(out, interval)
+    if cfg.mode == "sync":
+        return out
+    if cfg.mode == "fully_async":
+        out.put("train.partial_rollout_enable", True, "fully_async: OpenRLHF streams with partial rollout")
+        if not cfg.async_.partial_rollout:
+            out.missing.append("fully_async without partial rollout: OpenRLHF streams only with partial rollout")
+    else:
+        out.put("train.async_enable", True, "mode async")
+    out.put("train.async_queue_size", bound if bound is not None else 1, "async.max_weight_staleness")
+    if bound is None:
+        out.missing.append("no staleness bound: OpenRLHF's queue always holds a number of rollouts")
+    return out
+
+
+def _as_trl(cfg, derived) -> Expressed:
+    prompts, n, per_step, steps, bound, interval = _geometry(cfg, derived)
+    out = Expressed("trl", "python")
+    micro = derived.micro_batch_size if per_step % derived.micro_batch_size == 0 else per_step
+    accumulation = per_step // micro
+    out.put("per_device_train_batch_size", micro, "train.micro_batch_size")
+    out.put("gradient_accumulation_steps", accumulation, f"{per_step} samples per step / {micro}")
+    out.put("num_generations", n, "rollout.n_samples_per_prompt")
+    out.put("steps_per_generation", steps * accumulation, f"{steps} optimizer steps × {accumulation} micro-steps each")
+    _untrimmed(out, derived)
+    if cfg.mode == "async":
+        out.missing.append("mode async: TRL's asynchronous GRPO streams (mode: fully_async)")
+    if cfg.mode != "sync":
+        out.put("max_staleness", bound if bound is not None else 0, "async.max_weight_staleness")
+        out.put("weight_sync_steps", interval * steps, f"{interval} drains × {steps} optimizer steps")
+        if bound is None:
+            out.missing.append("no staleness bound: TRL's max_staleness is always a number")
+    return out
+
+
+_EXPRESSERS: dict[str, Callable[[Any, Any], Expressed]] = {
+    "verl": _as_verl, "slime": _as_slime("slime"), "miles": _as_slime("miles"), "areal": _as_areal,
+    "prime-rl": _as_prime_rl, "openrlhf": _as_openrlhf, "trl": _as_trl}
+
+
+def render_expressed(out: Expressed, config_name: str) -> str:
+    """The settings in the framework's own syntax (hydra overrides, argparse flags, YAML, TOML or a
+    `GRPOConfig(...)`), which `fasync import` reads back."""
+    name = FRAMEWORKS[out.framework]
+    head = [f"# {config_name} in {name}'s terms (`fasync config show --as {out.framework}`); "
+            f"`fasync import {out.framework}` reads it back."]
+    head += [f"# not expressible in {name}: {what}" for what in out.missing]
+    if out.entry == "yaml":
+        nested: dict = {}
+        for key, value, _ in out.settings:
+            *parents, leaf = key.split(".")
+            node = nested
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[leaf] = value
+        body = yaml.safe_dump(nested, sort_keys=False).rstrip().splitlines()
+    elif out.entry == "toml":
+        top = [f"{key} = {_toml(value)}" for key, value, _ in out.settings if "." not in key]
+        sections: dict[str, list[str]] = {}
+        for key, value, _ in out.settings:
+            if "." in key:
+                section, _, leaf = key.rpartition(".")
+                sections.setdefault(section, []).append(f"{leaf} = {_toml(value)}")
+        body = top + [line for section, lines in sections.items() for line in ("", f"[{section}]", *lines)]
+    elif out.entry == "python":
+        arguments = ", ".join(f"{key}={value!r}" for key, value, _ in out.settings)
+        body = ["from trl import GRPOConfig", f"args = GRPOConfig(output_dir='out', {arguments})"]
+    else:
+        hydra = out.framework == "verl"
+        words = [f"{key}={_hydra(value)}" if hydra else f"--{key} {_flag(value)}".rstrip()
+                 for key, value, _ in out.settings]
+        body = [f"{out.entry} \\"] + [f"    {word} \\" for word in words[:-1]] + [f"    {words[-1]}"]
+    why = [f"#   {key}: {why}" for key, _, why in out.settings]
+    return "\n".join(head + body + ["", "# where each value comes from:"] + why) + "\n"
+
+
+def _toml(value: Any) -> str:
+    return "true" if value is True else "false" if value is False else repr(value)
+
+
+def _hydra(value: Any) -> str:
+    return "True" if value is True else "False" if value is False else str(value)
+
+
+def _flag(value: Any) -> str:
+    """argparse: a store_true flag takes no value."""
+    return "" if value is True else str(value)

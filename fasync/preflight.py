@@ -12,8 +12,9 @@ in a subprocess, so a broken install is a finding, not a crash.
 | E002 | error | `rollout.engine: vllm`, but vLLM and torch do not import together |
 | E003 | error | `model.path` lacks a config.json or a tokenizer |
 | E004 | error | the model's context is shorter than the longest prompt + `rollout.max_new_tokens` |
-| E005 | error | `data.path` is missing, or a line lacks the prompt or label key |
+| E005 | error | `data.path` is missing, or a line is not UTF-8, longer than 4 MiB, or lacks the prompt or label key |
 | E006 | info  | no running cluster to compare: fasync will start a local one |
+| E007 | error | a tracker in `logging.backends` whose package is not installed (every check, not only --preflight) |
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from pathlib import Path
 
 from fasync.config.loader import LoadResult
 from fasync.diagnostics import Diagnostic, Severity
+from fasync.errors import ConfigurationError
 from fasync.memory import DATASET_PROMPT_TOKENS
 
 SEVERITIES = {"E001": Severity.ERROR, "E002": Severity.ERROR, "E003": Severity.ERROR, "E004": Severity.ERROR,
-              "E005": Severity.ERROR, "E006": Severity.INFO}
+              "E005": Severity.ERROR, "E006": Severity.INFO, "E007": Severity.ERROR}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 IMPORT_PAIR = "import torch, vllm; print(torch.__version__, vllm.__version__)"
 
@@ -92,11 +94,12 @@ def _longest_prompt(cfg, tokenizer) -> int | None:
 
         problems = generate_problems(cfg.data.task, cfg.data.length, min(cfg.data.num_prompts, 256), cfg.data.seed)
         return max(len(tokenizer.format_prompt(problem.prompt)) for problem in problems)
+    from fasync.data.datasets import read_lines
+
     longest = 0
-    with open(cfg.data.path, encoding="utf-8") as lines:
-        for line in lines:
-            if line.strip():
-                longest = max(longest, len(tokenizer.format_prompt(json.loads(line)[cfg.data.prompt_key])))
+    for _, line in read_lines(Path(cfg.data.path)):
+        if line.strip():
+            longest = max(longest, len(tokenizer.format_prompt(json.loads(line)[cfg.data.prompt_key])))
     return longest
 
 
@@ -119,7 +122,7 @@ def _model(result: LoadResult) -> list[Diagnostic]:
 
     try:
         measured = _longest_prompt(cfg, HFTokenizer(cfg.model.path))
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError, ConfigurationError):
         measured = None  # E005 reports the dataset
     prompt = measured or cfg.data.max_prompt_tokens or DATASET_PROMPT_TOKENS
     source = "the longest prompt" if measured else "`data.max_prompt_tokens` (or its default)"
@@ -138,8 +141,10 @@ def _dataset(result: LoadResult) -> list[Diagnostic]:
     path = Path(cfg.data.path)
     if not path.is_file():
         return [_finding(result, "E005", "data.path", f"`data.path` {path} does not exist")]
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    from fasync.data.datasets import read_lines
+
+    try:
+        for number, line in read_lines(path):
             if not line.strip():
                 continue
             try:
@@ -151,7 +156,23 @@ def _dataset(result: LoadResult) -> list[Diagnostic]:
                 if not isinstance(record, dict) or name not in record:
                     return [_finding(result, "E005", f"data.{key}", f"{path}:{number} has no key {name!r}",
                                      f"set `data.{key}` to the field that holds it")]
+    except ConfigurationError as error:  # a line too long, or not UTF-8
+        return [_finding(result, "E005", "data.path", str(error).removeprefix("data.path: "))]
     return []
+
+
+def missing_trackers(result: LoadResult) -> list[Diagnostic]:
+    """E007 for each tracker `logging.backends` asks for whose package is not installed. It costs a package
+    lookup (nothing is imported), so `fasync check` and `fasync train` run it on every config: a run must not
+    start only to fail at its first metrics row."""
+    from fasync.metrics.trackers import BACKENDS, missing
+
+    if result.config is None:
+        return []
+    return [_finding(result, "E007", "logging.backends", f"`logging.backends` asks for {name}, but the "
+                     f"`{BACKENDS[name].module}` package is not installed here",
+                     f"{BACKENDS[name].install}, or remove {name} from `logging.backends`")
+            for name in missing(result.config.logging.backends)]
 
 
 def preflight(result: LoadResult) -> list[Diagnostic]:

@@ -99,6 +99,27 @@ def test_generated_blocks_replace_only_themselves(tmp_path):
     assert text.index("| new table |") < text.index("More prose.") < text.index("tail text")
 
 
+def test_the_curves_pass_over_a_run_that_wrote_nothing(tmp_path):
+    """A run that failed before its first step must not cost the benchmark its other curves."""
+    from test_report import step_rows, write_run
+
+    from fasync.bench.modes import ScenarioResult, standard_scenario
+    from fasync.bench.report import curves
+
+    failed = [tmp_path / "failed-a", tmp_path / "failed-b"]
+    for directory in failed:
+        directory.mkdir()
+        (directory / "metrics.jsonl").write_text("")
+    dirs = {"sync": [write_run(tmp_path / "sync", step_rows("sync"))],
+            "async": [failed[0], write_run(tmp_path / "async", step_rows("async"))],
+            "fully_async": [failed[1]]}
+    text = curves(ScenarioResult(standard_scenario(), 0.9, [], dirs), tmp_path / "charts", tmp_path)
+    assert "No curves for fully_async: no run of it wrote a metrics row." in text
+    assert "![reward](charts/reward.png)" in text and (tmp_path / "charts" / "reward.png").is_file()
+    report = (tmp_path / "charts" / "report.md").read_text()
+    assert "**sync**" in report and "**async**" in report and "**fully_async**" not in report
+
+
 def test_the_script_is_the_cli_command():
     result = subprocess.run([sys.executable, "bench/modes.py", "--help"], cwd=REPO, capture_output=True,
                             text=True, timeout=60)
@@ -119,6 +140,7 @@ def test_a_base_config_without_the_mode_configs_beside_it_is_one_clear_error(tmp
 
 
 @pytest.mark.ray
+@pytest.mark.timeout(900)  # seven tiny runs and their charts: past the default 300 s on a loaded two-core machine
 def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
     from fasync.bench.report import benchmark
 
@@ -160,3 +182,12 @@ def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
         assert f"<!-- bench-{name}:begin -->" in text
     assert "fasync bench tiny.yaml" in text and "nan" not in text.lower()
     assert (tmp_path / "runs" / "report.json").exists()
+    # The curves beside the tables: `fasync report` over each variant's run, embedded in the blocks.
+    for scenario, block in (("modes", "modes"), ("long-tail", "long-tail")):
+        charts = tmp_path / "benchmarks" / scenario
+        for name in ("reward", "staleness", "queue", "correction", "time"):
+            assert (charts / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            assert f"![{name}](benchmarks/{scenario}/{name}.png)" in blocks[block]
+        report = (charts / "report.md").read_text()
+        for variant in (standard if scenario == "modes" else long_tail).scenario.variants:
+            assert f"**{variant.label}**" in report

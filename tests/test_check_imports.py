@@ -1,4 +1,5 @@
-"""The check path never imports torch, ray or vllm (it must start fast and run in CI without them)."""
+"""The check path never imports torch, ray or vllm, nor the report's and trackers' packages (it must start fast
+and run in CI without them)."""
 
 import ast
 import subprocess
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = {"torch", "ray", "vllm"}
+HEAVY = {"torch", "ray", "vllm", "matplotlib", "tensorboard", "wandb", "mlflow"}
 CONFIG = Path(__file__).parent / "configs" / "loader" / "grandchild.yaml"
 
 
@@ -23,6 +24,7 @@ def imported_modules(*args: str) -> set[str]:
 @pytest.mark.parametrize("args", [
     ("check", str(CONFIG)),
     ("check", "--format", "sarif", str(CONFIG), "train.lr=1e-2"),
+    ("check", str(CONFIG), "logging.backends=[jsonl,tensorboard,wandb,mlflow]"),  # E007 only looks packages up
     ("config", "show", str(CONFIG)),
     ("rules",),
     ("schema",),

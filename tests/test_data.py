@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 import sys
 
 import pytest
@@ -39,9 +40,9 @@ def test_builtin_dataset_is_seeded_and_sampled_with_replacement():
     cfg = DataConfig(task="reverse", length=4, num_prompts=10, seed=7)
     first, second = build_dataset(cfg), build_dataset(cfg)
     assert len(first) == 10 and first.problems == second.problems
-    draw = first.sample(50, random.Random(0))
-    assert len(draw) == 50 and set(draw) <= set(first.problems)
-    assert draw == second.sample(50, random.Random(0))
+    draw = first.sample_indices(50, random.Random(0))
+    assert len(draw) == 50 and set(draw) <= set(range(10))
+    assert draw == second.sample_indices(50, random.Random(0))
     assert build_dataset(cfg.model_copy(update={"seed": 8})).problems != first.problems
 
 
@@ -178,3 +179,135 @@ def test_data_and_rewards_do_not_import_torch():
     code = "import sys, fasync.data, fasync.model.tokenizer; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- bad data, caught in the driver before Ray starts (issue 19 §3) ---------------------------------
+
+
+def test_text_that_is_not_utf8_names_the_file_line_and_byte(tmp_path):
+    path = tmp_path / "problems.jsonl"
+    path.write_bytes(b'{"prompt": "ok", "label": "1"}\n{"prompt": "caf\xe9", "label": "2"}\n')
+    with pytest.raises(ConfigurationError, match=r"problems.jsonl:2: not UTF-8 text \(byte 0xe9 at column 16\)"):
+        build_dataset(DataConfig(path=str(path)))
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "problems.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt": "a", "label": "b"}\n')
+    assert build_dataset(DataConfig(path=str(path))).problems == [Problem("a", "b")]
+
+
+def test_a_50_mb_line_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    import fasync.data.datasets as datasets
+
+    path = tmp_path / "problems.jsonl"
+    with path.open("w") as out:
+        out.write('{"prompt": "a", "label": "b"}\n')
+        out.write('{"prompt": "' + "x" * (50 << 20) + '", "label": "b"}\n')
+    parsed, loads = [], json.loads
+    monkeypatch.setattr(datasets.json, "loads", lambda text: parsed.append(len(text)) or loads(text))
+    with pytest.raises(ConfigurationError, match=r"problems.jsonl:2: the line is longer than 4 MiB") as info:
+        build_dataset(DataConfig(path=str(path)))
+    assert len(parsed) == 1 and "\n" not in str(info.value)
+
+
+def test_characters_outside_the_embedded_alphabet_are_found_with_their_line(tmp_path):
+    from fasync.config.schema import FasyncConfig
+    from fasync.drivers.common import build_factory
+
+    path = write(tmp_path, json.dumps({"prompt": "2+2=", "label": "4"}), json.dumps({"prompt": "2×2=", "label": "4"}))
+    cfg = FasyncConfig.model_validate({"data": {"path": path}})
+    with pytest.raises(ConfigurationError, match=r"problems.jsonl:2: character '×' \(U\+00D7, character 2 of the "
+                       r"text\) is not in the embedded tokenizer's alphabet.*`model.path`"):
+        build_factory(cfg)
+
+
+def test_a_prompt_longer_than_the_context_is_refused_with_its_line(tmp_path):
+    from fasync.config.schema import FasyncConfig
+    from fasync.drivers.common import build_factory
+
+    path = write(tmp_path, json.dumps({"prompt": "short", "label": "x"}), json.dumps({"prompt": "y" * 63, "label": "x"}))
+    cfg = FasyncConfig.model_validate({"data": {"path": path}, "model": {"max_seq_len": 64}})
+    with pytest.raises(ConfigurationError, match=r"problems.jsonl:2: the prompt is 64 tokens, but the model's "
+                       r"context is 64 tokens"):
+        build_factory(cfg)
+    fits = FasyncConfig.model_validate({"data": {"path": path}, "model": {"max_seq_len": 65}})
+    assert len(build_factory(fits).dataset) == 2
+
+
+def test_a_builtin_task_that_fills_the_context_is_refused_too():
+    from fasync.config.schema import FasyncConfig
+    from fasync.drivers.common import build_factory
+
+    cfg = FasyncConfig.model_validate({"data": {"task": "reverse", "length": 8}, "model": {"max_seq_len": 10}})
+    with pytest.raises(ConfigurationError, match=r"data.task: task reverse \(length 8\), prompt 0: the prompt is "
+                       "10 tokens"):
+        build_factory(cfg)
+
+
+# -- every reward is a finite number (issue 19 §4) -------------------------------------------------
+
+
+@pytest.fixture
+def odd_rewards(tmp_path, monkeypatch):
+    (tmp_path / "odd_rewards.py").write_text(
+        "def nan(completion, label):\n    return float('nan')\n"
+        "def inf(completion, label):\n    return float('-inf')\n"
+        "def text(completion, label):\n    return '1.0'\n"
+        "def none(completion, label):\n    return None\n"
+        "def flag(completion, label):\n    return completion == label\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("odd_rewards", None)
+
+
+def scored(function: str, path: str | None = None):
+    """A group of two completions, generated by hand, scored by `function`."""
+    from fasync.config.schema import FasyncConfig
+    from fasync.drivers.common import build_factory
+
+    data = {"path": path, "task": None} if path else {"task": "reverse", "length": 3, "num_prompts": 5}
+    cfg = FasyncConfig.model_validate({"data": data, "reward": {"function": function},
+                                       "rollout": {"n_samples_per_prompt": 2}})
+    factory = build_factory(cfg)
+    group = factory.new_groups(1)[0]
+    for request, text in zip(group.requests, ["12", "21"]):
+        request.output_ids = factory.tokenizer.encode(text)
+        request.finish_reason = "stop"
+    return factory.score(group)
+
+
+@pytest.mark.parametrize("function, shown", [
+    ("odd_rewards:nan", "nan (float)"),
+    ("odd_rewards:inf", "-inf (float)"),
+    ("odd_rewards:text", "'1.0' (str)"),
+    ("odd_rewards:none", "None (NoneType)"),
+])
+def test_a_reward_that_is_not_a_finite_number_is_one_clear_error(odd_rewards, function, shown):
+    with pytest.raises(ConfigurationError) as info:
+        scored(function)
+    message = str(info.value)
+    assert message.startswith(f"reward.function: {function} returned {shown} for prompt ")
+    assert re.search(r"for prompt \d+ \(task reverse \(length 3\)\), completion '\d+'", message), message
+    assert "finite" in message and "\n" not in message
+
+
+def test_a_bad_reward_names_the_dataset_line(odd_rewards, tmp_path):
+    path = write(tmp_path, json.dumps({"prompt": "1+1=", "label": "2"}))
+    with pytest.raises(ConfigurationError, match=r"for prompt 0 \(.*problems.jsonl:1\)"):
+        scored("odd_rewards:nan", path)
+
+
+def test_numbers_of_any_kind_are_rewards(odd_rewards):
+    assert [s.reward for s in scored("odd_rewards:flag").samples] == [0.0, 0.0]
+    assert all(type(s.reward) is float for s in scored("exact_match").samples)
+
+
+def test_advantages_refuse_a_non_finite_reward_by_name():
+    from fasync.train.advantages import compute_advantages
+
+    # statistics.pstdev raised AttributeError: 'float' object has no attribute 'numerator' here.
+    for normalize in (True, False):
+        with pytest.raises(ValueError, match="reward nan is not a finite number"):
+            compute_advantages([1.0, float("nan")], [0, 0], "grpo", normalize)

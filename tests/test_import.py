@@ -111,3 +111,58 @@ def test_overrides_and_flags_on_the_command_line(tmp_path):
                                     "4", "--global-batch-size=64"]).stdout
     data = yaml.safe_load(text.split("\n# No fasync")[0])
     assert data["rollout"] == {"batch_size": 16, "n_samples_per_prompt": 4} and data["train"]["global_batch_size"] == 64
+
+
+SUFFIX = {"verl": "sh", "slime": "sh", "miles": "sh", "openrlhf": "sh", "areal": "yaml", "prime-rl": "toml",
+          "trl": "py"}
+# (mode, rollout.batch_size, n_samples_per_prompt, global_batch_size, staleness, update interval)
+ROUND_TRIP_CONFIGS = [
+    ("sync", 16, 8, 32, None, 1),
+    ("async", 16, 8, 64, 1, 1),
+    ("fully_async", 16, 4, 32, 2, 1),
+    ("fully_async", 8, 8, 64, 1, 2),
+    ("fully_async", 32, 8, 256, 4, 1),
+]
+
+
+def _derived_quantities(cfg):
+    derived = derive(cfg)
+    staleness = cfg.async_.max_weight_staleness if cfg.mode != "sync" else None
+    return (cfg.mode, derived.samples_per_rollout, derived.num_steps_per_rollout, staleness,
+            cfg.async_.update_weights_interval if cfg.mode != "sync" else 1,
+            cfg.async_.partial_rollout if cfg.mode == "fully_async" else None)
+
+
+@pytest.mark.parametrize("framework", sorted(SUFFIX))
+@pytest.mark.parametrize("setting", ROUND_TRIP_CONFIGS, ids=lambda s: "-".join(map(str, s)))
+def test_a_config_expressed_in_a_framework_imports_back_to_the_same_quantities(framework, setting, tmp_path):
+    mode, prompts, n, per_step, staleness, interval = setting
+    original = tmp_path / "fasync.yaml"
+    original.write_text(yaml.safe_dump({
+        "mode": mode, "rollout": {"batch_size": prompts, "n_samples_per_prompt": n},
+        "train": {"global_batch_size": per_step, "num_rollouts": 40},
+        "async": {"max_weight_staleness": staleness, "update_weights_interval": interval}}))
+    shown = CliRunner().invoke(app, ["config", "show", str(original), "--as", framework])
+    assert shown.exit_code == 0, shown.output
+    rendering = tmp_path / f"source.{SUFFIX[framework]}"
+    rendering.write_text(shown.stdout)
+    out = tmp_path / "imported.yaml"
+    CliRunner().invoke(app, ["import", framework, str(rendering), "-o", str(out)])
+    imported = load_config(out).config
+    assert imported is not None, out.read_text()
+    before, after = _derived_quantities(load_config(original).config), _derived_quantities(imported)
+    if "not expressible" in shown.stdout:
+        # What the framework cannot say is named, and it is the only thing that differs.
+        assert before != after, shown.stdout
+    else:
+        assert before == after, shown.stdout
+
+
+def test_what_a_framework_cannot_express_is_named(tmp_path):
+    original = tmp_path / "fasync.yaml"
+    original.write_text("mode: async\nasync: {max_weight_staleness: 2, update_weights_interval: 2}\n")
+    slime = CliRunner().invoke(app, ["config", "show", str(original), "--as", "slime"]).stdout
+    assert "not expressible in slime: async.max_weight_staleness 2: slime's train_async.py runs exactly one" in slime
+    prime = CliRunner().invoke(app, ["config", "show", str(original), "--as", "prime-rl"]).stdout
+    assert "mode async: prime-rl always streams (orchestrator.max_off_policy_steps 0 is its closest to sync)" in prime
+    assert "async.update_weights_interval 2: prime-rl syncs the weights after every training step" in prime

@@ -46,7 +46,7 @@ def test_a_mode_alone_is_clean_under_strict(mode, tmp_path):
     assert diagnostics(tmp_path, {"mode": mode}) == []
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)  # each example loads and lints a config: no per-example timing
 @given(mode=st.sampled_from(MODES), key=st.sampled_from(sorted(GEOMETRY)), data=st.data())
 def test_one_geometry_change_never_errs_about_a_key_the_user_did_not_set(tmp_path_factory, mode, key, data):
     value = data.draw(GEOMETRY[key], label=key)
@@ -79,7 +79,7 @@ def _failing(found) -> set:
     return {(d.code, d.key) for d in found if d.severity is not Severity.INFO}
 
 
-@settings(max_examples=120)
+@settings(max_examples=120, deadline=None)
 @given(mode=st.sampled_from(["async", "fully_async"]), prompts=st.integers(1, 32), n=st.integers(2, 8),
        divisor=st.integers(2, 8), bound=st.sampled_from([None, 0, 1, 2]),
        extra=st.dictionaries(st.sampled_from(["train.micro_batch_size", "resources.trainer_ranks",

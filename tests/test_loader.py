@@ -236,3 +236,27 @@ def test_a_misspelt_section_is_one_diagnostic_not_one_per_key(tmp_path):
     path.write_text("asynch:\n  max_weight_staleness: 2\n  partial_rollout: true\n")
     (diagnostic,) = load_config(path).diagnostics
     assert (diagnostic.code, diagnostic.key, diagnostic.help) == ("F006", "asynch", "did you mean `async`?")
+
+
+@pytest.mark.parametrize("override, key, shown", [
+    ("train.lr=.inf", "train.lr", "inf"),
+    ("train.target_reward=.nan", "train.target_reward", "nan"),
+    ("train.entropy_coef=.inf", "train.entropy_coef", "inf"),
+    ("train.entropy_coef=-.inf", "train.entropy_coef", "-inf"),
+    ("correction.weight_upper=.inf", "correction.weight_upper", "inf"),
+    ("correction.reject_token_ratio=[0.5, .nan]", "correction.reject_token_ratio[1]", "nan"),
+])
+def test_non_finite_numbers_are_located_errors(override, key, shown):
+    # `.inf` and `.nan` are YAML floats that passed every range check (`gt=0`, none at all) before.
+    result = load_config(fixture("grandchild.yaml"), [override])
+    assert result.config is None
+    [diagnostic] = result.diagnostics
+    assert (diagnostic.code, diagnostic.key, diagnostic.location) == ("F007", key, Location("<cli>", 1, 1))
+    assert f"`{key}`: Input should be a finite number (got {shown})" in diagnostic.message
+
+
+def test_a_non_finite_number_in_a_file_is_located_at_its_line(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("train:\n  lr: 1.0e-3\n  target_reward: .NaN\n")
+    [diagnostic] = load_config(str(path)).diagnostics
+    assert (diagnostic.code, diagnostic.location) == ("F007", Location(str(path), 3, 3))

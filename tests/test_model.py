@@ -87,7 +87,7 @@ def test_char_tokenizer_round_trip_and_prompt_format():
     assert TOKENIZER.format_prompt("12=") == [TOKENIZER.bos_id, *TOKENIZER.encode("12=")]
     assert (TOKENIZER.pad_id, TOKENIZER.bos_id, TOKENIZER.eos_id) == (0, 1, 2)
     assert TOKENIZER.vocab_size == 15 and TOKENIZER.stop_token_ids == (TOKENIZER.eos_id,)
-    with pytest.raises(ValueError, match="'x' is not in"):
+    with pytest.raises(ValueError, match=r"'x' \(U\+0078, character 2 of the text\) is not in"):
         TOKENIZER.encode("1x")
 
 

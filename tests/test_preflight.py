@@ -91,3 +91,10 @@ def test_cli_without_a_running_cluster_says_fasync_will_start_one(tmp_path):
                                                                            "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr
     assert "E006 info: no running Ray cluster" in run.stdout
+
+
+def test_dataset_that_is_not_utf8_is_a_finding_not_a_traceback(ray_session, tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(b'{"prompt": "caf\xe9", "label": "2"}\n')
+    found = findings(tmp_path, f"data:\n  path: {data}\n")
+    assert codes(found) == [("E005", "data.path")] and f"{data}:1: not UTF-8 text" in found[0].message

@@ -5,6 +5,8 @@ Each rule's examples live once, in fasync/diagnostics/examples (the docs render 
 that rule alone; <CODE>_good.yaml is the fixed config and must be clean.
 """
 
+import json
+import math
 import re
 import typing
 from pathlib import Path
@@ -23,7 +25,7 @@ from fasync.lint.engine import catalogue, lint, rules
 from fasync.lint.rules import FAMILIES, facts
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
+SHIPPED = sorted((ROOT / "configs").rglob("*.yaml"))  # the simulate examples too
 CODES = sorted(rules())
 
 
@@ -307,3 +309,73 @@ def test_batch_defaults_are_derived(train, ranks, batch, micro, steps, tmp_path)
     assert (derived.effective_global_batch_size, derived.micro_batch_size, derived.num_steps_per_rollout) == (
         batch, micro, steps)
     assert derived.micro_batches_per_step == batch // ranks // micro
+
+
+# -- A004, A005: configs that learn nothing (issue 19 §4) ------------------------------------------
+
+
+@pytest.mark.parametrize("temperature, reported", [(1e-9, True), (0.0119, True), (0.0121, False), (0.7, False),
+                                                   (0.0, False)])  # 0 itself is A002's
+def test_near_greedy_grpo_fires_where_a_group_expects_under_a_hundredth_of_a_differing_token(tmp_path, temperature,
+                                                                                              reported):
+    path = config_file(tmp_path, "rollout:\n  n_samples_per_prompt: 8\n  max_new_tokens: 6\n")
+    assert bool(findings(path, [f"rollout.temperature={temperature}"], code="A004")) == reported
+
+
+def test_near_greedy_states_its_arithmetic(tmp_path):
+    path = config_file(tmp_path, "rollout:\n  n_samples_per_prompt: 4\n  max_new_tokens: 10\n")
+    (diagnostic,) = findings(path, ["rollout.temperature=0.01"], code="A004")
+    assert "probability 4.5e-05, so over 3 more completions of 10 tokens a group expects at most 0.0014" in \
+        diagnostic.message
+    assert "below 0.012 this group size" in diagnostic.help  # 30 positions: 0.1 / ln(0.99 / (0.01 / 30))
+    for overrides in (["train.advantage_estimator=reinforce_baseline"], ["rollout.n_samples_per_prompt=1"]):
+        assert findings(path, ["rollout.temperature=0.01", *overrides], code="A004") == []
+
+
+def test_the_learning_rate_trend_reproduces_its_source():
+    from fasync.lint.rules.algorithm import GPT3_PEAK_LEARNING_RATES, peak_learning_rate
+
+    for parameters, rate in GPT3_PEAK_LEARNING_RATES:
+        assert peak_learning_rate(parameters) == pytest.approx(rate)
+    assert peak_learning_rate(500e6) == pytest.approx(3e-4 * (2.5 / 3) ** (math.log(500 / 350) / math.log(760 / 350)))
+    # Beyond the table: ten times the rate per the table's end-to-end ratio of sizes (1,400×) fewer parameters.
+    assert peak_learning_rate(125e6 / 1400) == pytest.approx(6e-3)
+    assert peak_learning_rate(175e9 * 1400) == pytest.approx(6e-6)
+
+
+@pytest.mark.parametrize("lr, reported", [(10.0, True), (0.06, True), (0.05, False), (2e-3, False), (6e-7, False),
+                                          (5e-7, True)])
+def test_learning_rate_range_of_the_embedded_model(tmp_path, lr, reported):
+    path = config_file(tmp_path, "model:\n  n_layers: 2\n  d_model: 64\n")  # 105k parameters: peak 0.0057
+    found = findings(path, [f"train.lr={lr}"], code="A005")
+    assert bool(found) == reported
+    if found:
+        assert "105k parameters (the embedded model)" in found[0].message
+        assert "Brown et al. 2020, Table 2.1" in found[0].message and "5.7e-07 to 0.057" in found[0].message
+
+
+def test_learning_rate_range_of_a_hugging_face_model_comes_from_its_config(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({  # a Qwen2.5-7B-sized decoder: 7.6B parameters
+        "model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "intermediate_size": 18944, "vocab_size": 152064, "num_hidden_layers": 28, "max_position_embeddings": 32768}))
+    path = config_file(tmp_path, f"model:\n  path: {model}\n")
+    (diagnostic,) = findings(path, ["train.lr=0.01"], code="A005")
+    assert "7.62B parameters" in diagnostic.message and "the range for this model is 1.2e-08 to 0.0012" in \
+        diagnostic.message
+    assert findings(path, ["train.lr=1e-6"], code="A005") == []
+
+
+@pytest.mark.parametrize("overrides, reported", [
+    (["rollout.temperature=0"], True),
+    (["rollout.temperature=0", "rollout.n_samples_per_prompt=1"], True),  # greedy: nothing explores either way
+    (["rollout.temperature=1e-9"], True),
+    (["rollout.temperature=0.0117"], True),  # 8 × 6 = 48 sampled tokens per prompt: the bound needs 0.0118
+    (["rollout.temperature=0.0119"], False),
+    (["rollout.temperature=0", "train.advantage_estimator=grpo"], False),  # A002's
+])
+def test_greedy_reinforce_baseline_warns_where_no_sample_leaves_the_greedy_path(tmp_path, overrides, reported):
+    path = config_file(tmp_path, "rollout:\n  n_samples_per_prompt: 8\n  max_new_tokens: 6\n"
+                                 "train:\n  advantage_estimator: reinforce_baseline\n")
+    assert bool(findings(path, overrides, code="A006")) == reported

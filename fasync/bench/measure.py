@@ -107,8 +107,7 @@ def measure(mode: str, exit_code: int, records: list[dict], target: float, engin
         staleness_mean=over("staleness_mean", records) or 0.0,
         staleness_max=over("staleness_max", records) or 0,
         stale_dropped=stale / (stale + trained) if stale + trained else 0.0,
-        trainer_idle=_fraction(1.0 - train_call_s / span) if window_s else 1.0,
-        rollouter_idle=_fraction(1.0 - generate_s / (engines * span)) if window_s else 1.0,
+        **dict(zip(("trainer_idle", "rollouter_idle"), idle_fractions(window, window_s, engines))),
         generate_s=generate_s,
         train_s=total("train_time_s"),
         train_call_s=train_call_s,
@@ -118,6 +117,16 @@ def measure(mode: str, exit_code: int, records: list[dict], target: float, engin
         runs_samples_per_s=[samples_per_s],
         runs_reached=int(reached is not None),
     )
+
+
+def idle_fractions(rows: list[dict], span_s: float, engines: int) -> tuple[float, float]:
+    """(trainer, rollouter) idle fractions of a window of `span_s` wall seconds whose step rows are `rows`:
+    the time outside train calls, and outside generate calls averaged over the engines; (1, 1) for an
+    empty window."""
+    if span_s <= 0:
+        return 1.0, 1.0
+    return (_fraction(1.0 - over("train_call_time_s", rows) / span_s),
+            _fraction(1.0 - over("generate_time_s", rows) / (engines * span_s)))
 
 
 def _fraction(value: float) -> float:

@@ -48,6 +48,8 @@ class ScenarioResult:
     scenario: Scenario
     target: float
     reports: list[ModeReport] = field(default_factory=list)
+    run_dirs: dict[str, list[Path]] = field(default_factory=dict)
+    """Each variant's run directories, by label, in the order they ran."""
 
     def by_label(self) -> dict[str, ModeReport]:
         return dict(zip((v.label for v in self.scenario.variants), self.reports))
@@ -162,6 +164,7 @@ def run_scenario(scenario: Scenario, config: str, overrides: list[str], out_dir:
                  examples: Path, repeats: int = 1) -> ScenarioResult:
     measured_at = scenario.target if scenario.target is not None else target
     runs: dict[str, list[ModeReport]] = {v.label: [] for v in scenario.variants}
+    run_dirs: dict[str, list[Path]] = {v.label: [] for v in scenario.variants}
     for repeat in range(repeats):
         for index, variant in enumerate(scenario.variants):
             run_overrides = [*overrides, *COMMON, f"train.target_reward={target}",
@@ -171,10 +174,11 @@ def run_scenario(scenario: Scenario, config: str, overrides: list[str], out_dir:
             code, records, engines = run_variant(config, run_overrides, run_dir)
             report = measure(variant.mode, code, records, measured_at, engines)
             runs[variant.label].append(report)
+            run_dirs[variant.label].append(run_dir)
             print(f"fasync bench: {scenario.name} / {variant.label} ({repeat + 1}/{repeats}): exit {code}, "
                   f"{report.rollouts} rollouts, {report.samples_per_s:.0f} samples/s, "
                   f"{time.monotonic() - started:.1f} s", flush=True)
-    return ScenarioResult(scenario, measured_at, [median_report(runs[v.label]) for v in scenario.variants])
+    return ScenarioResult(scenario, measured_at, [median_report(runs[v.label]) for v in scenario.variants], run_dirs)
 
 
 def speedups(result: ScenarioResult) -> dict[str, dict[str, float | None]]:

@@ -30,6 +30,7 @@ from fasync.bench.modes import (
     standard_scenario,
     variant_overrides,
 )
+from fasync.report.markdown import fmt, table
 
 GOALS = {"async": 0.85, "fully_async": 0.9}
 """Throughput speedup over sync, as a fraction of the ideal overlap, that each mode aims for."""
@@ -91,23 +92,6 @@ def measured(argv: list[str]) -> str:
     """The provenance sentence a generated block starts with: when, where, which commit, which command."""
     return (f"Measured {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}, commit {commit()}, with "
             f"`{invocation(argv)}`")
-
-
-def fmt(value, digits: int = 3) -> str:
-    """`digits` decimals (significant ones below 0.01); — for a missing value."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if 0 < abs(value) < 0.01 and digits else f"{value:.{digits}f}"
-    return str(value)
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def write_block(doc: Path, name: str, text: str, writer: str = "`fasync bench`") -> None:
@@ -225,6 +209,39 @@ def render(config: str, overrides: list[str], command: str, target: float, repea
     return blocks
 
 
+def curves(result: ScenarioResult, directory: Path, links_from: Path | None = None) -> str:
+    """The charts of each variant's first run that wrote metrics (`fasync report`) written into `directory`, as
+    markdown that embeds them, with links relative to `links_from` (the document's directory) when given."""
+    from fasync.report import ReportError, load_runs, write_report
+
+    def readable(run_dir: Path) -> bool:
+        try:
+            load_runs([run_dir])
+        except ReportError:
+            return False
+        return True
+
+    # A run that failed before its first step has nothing to draw: the variant's next run stands in.
+    chosen = {variant.label: next((d for d in result.run_dirs[variant.label] if readable(d)), None)
+              for variant in result.scenario.variants}
+    shown = {label: run_dir for label, run_dir in chosen.items() if run_dir is not None}
+    missing = [label for label, run_dir in chosen.items() if run_dir is None]
+    note = f" No curves for {', '.join(missing)}: no run of it wrote a metrics row." if missing else ""
+    if not shown:
+        return "No curves: no run wrote a metrics row."
+    report = write_report(list(shown.values()), directory, labels=list(shown),
+                          title=f"fasync bench: {result.scenario.name}, the first run of each variant that wrote metrics",
+                          show_paths=False)
+
+    def link(path: Path) -> str:
+        return os.path.relpath(path, links_from).replace(os.sep, "/") if links_from is not None else str(path)
+
+    lines = [f"Curves of the first run of each variant ([their report]({link(report)}), `fasync report`).{note}", ""]
+    lines += [f"![{name}]({link(directory / f'{name}.png')})" for name in ("reward", "staleness", "queue",
+                                                                         "correction", "time")]
+    return "\n".join(lines)
+
+
 def benchmark(config: str, overrides: list[str], out_dir: Path | None = None, doc: Path | None = None,
               long_tail: LongTail | None = LONG_TAIL, repeats: int = 1, target: float | None = None,
               command: str | None = None, examples: Path | None = None) -> tuple[list[ScenarioResult], dict[str, str]]:
@@ -258,6 +275,13 @@ def benchmark(config: str, overrides: list[str], out_dir: Path | None = None, do
                                         repeats))
         blocks = render(config, overrides, command or invocation(sys.argv), target, repeats, results, context,
                         examples)
+        # Beside the document (docs/benchmarks/<scenario>/), else in the kept run directory; a temporary
+        # directory's charts would vanish with it.
+        charts = doc.parent / doc.stem if doc is not None else (out / "charts" if out_dir is not None else None)
+        if charts is not None:
+            for result, block in zip(results, ("modes", "long-tail")):
+                blocks[block] += "\n\n" + curves(result, charts / result.scenario.name,
+                                                  doc.parent if doc is not None else None)
         (out / "report.json").write_text(json.dumps(
             {r.scenario.name: {label: rep.as_dict() for label, rep in r.by_label().items()} for r in results},
             indent=2))

@@ -379,8 +379,9 @@ _TRL = _table("trl", [
     ("max_staleness", "async.max_weight_staleness", SAME,
      "TRL's async GRPO counts weight updates a sample may lag before it is dropped: versions, as fasync (whose "
      "fully_async drops them too)."),
-    ("weight_sync_steps", "async.update_weights_interval", SAME,
-     "TRL counts optimizer steps between syncs, fasync drains: the same with one step per drain."),
+    ("weight_sync_steps", "async.update_weights_interval", CONVERTED,
+     "TRL counts optimizer steps between syncs, fasync drains: weight_sync_steps / (steps_per_generation / "
+     "gradient_accumulation_steps) optimizer steps per drain."),
     ("queue_maxsize", "async.max_queue_size", CONVERTED, "TRL counts samples, fasync groups: / num_generations."),
     ("max_inflight_tasks", "async.max_concurrent_samples", SAME, "generation requests in flight, one sample each."),
 ])

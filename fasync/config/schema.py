@@ -15,7 +15,9 @@ Mode = Literal["sync", "async", "fully_async"]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+    # allow_inf_nan=False: `.inf` and `.nan` are valid YAML floats, but no setting means anything at either
+    # (an infinite learning rate or a NaN target reward passes every range check and ruins the run).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, allow_inf_nan=False)
 
 
 class ModelConfig(Section):
@@ -255,6 +257,23 @@ class LoggingConfig(Section):
         "auto", description="Live display: rich on a terminal, plain lines otherwise."
     )
     log_every: int = Field(1, ge=1, description="Print a progress line every this many optimizer steps.")
+    backends: list[Literal["jsonl", "tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=lambda: ["jsonl"],
+        description="Where each metrics row goes: `jsonl` (metrics.jsonl, always written, listed or not), "
+        "`tensorboard` (<run_dir>/tensorboard), `wandb`, `mlflow`. Each tracker needs its extra, e.g. "
+        "`pip install 'fasync[tensorboard]'` (docs/training.md).",
+    )
+    experiment: Optional[str] = Field(
+        None, description="The W&B project and the MLflow experiment the run is logged under. Null: `fasync`."
+    )
+    wandb_mode: Optional[Literal["online", "offline"]] = Field(
+        None, description="W&B's mode; offline writes under <run_dir>/wandb for `wandb sync` later. Null: W&B's own "
+        "default (the WANDB_MODE variable, else online)."
+    )
+    mlflow_tracking_uri: Optional[str] = Field(
+        None, description="Where MLflow logs. Null: the MLFLOW_TRACKING_URI variable, else a file store in "
+        "<run_dir>/mlruns."
+    )
 
 
 class CheckpointConfig(Section):
@@ -298,6 +317,12 @@ class SimulateCosts(Section):
                                               "run while they overlap on shared hardware (1: separate devices).")
 
 
+class LearningPhase(Section):
+    steps: int = Field(..., ge=1, description="Optimizer steps the policy takes to learn to stop: every completion "
+                       "of the initial policy runs to `rollout.max_new_tokens`, and that share falls linearly to none "
+                       "at this step.")
+
+
 class SimulateConfig(Section):
     lengths: Union[Literal["data", "run"], list[Annotated[int, Field(ge=1)]], LengthTail] = Field(
         "data",
@@ -307,6 +332,13 @@ class SimulateConfig(Section):
     )
     per: Literal["prompt", "sample"] = Field(
         "sample", description="A list or tail: draw one length per prompt (its group shares it) or per sample."
+    )
+    learning: Union[Literal["run"], LearningPhase, None] = Field(
+        None,
+        description="A policy still learning to stop: each completion runs to `rollout.max_new_tokens` instead of "
+        "its `lengths` with a share that depends on the optimizer steps behind the weights generating it. "
+        "Null: none (a policy that has learned); `{steps}`: all at first, none from that step on; `run`: the share "
+        "the --calibrate run's mean lengths imply, step by step.",
     )
     costs: SimulateCosts = Field(default_factory=SimulateCosts, description="Cost model overrides.")
     seed: int = Field(0, description="Seed for the simulated prompts and lengths.")
@@ -324,7 +356,7 @@ class FasyncConfig(Section):
                                 description="Both async modes: staleness bound, weight syncs, queue.")
     correction: CorrectionConfig = Field(default_factory=CorrectionConfig, description="Off-policy correction.")
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="Ray cluster and placement.")
-    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run directory and display.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run directory, display and experiment trackers.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Saving the policy.")
     lint: LintConfig = Field(default_factory=LintConfig, description="Linter settings for this config.")
     simulate: SimulateConfig = Field(default_factory=SimulateConfig,

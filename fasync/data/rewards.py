@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
+import sys
 from collections.abc import Callable
 from fractions import Fraction
+from pathlib import Path
 
 from fasync.config.schema import RewardConfig
 from fasync.errors import ConfigurationError
@@ -101,6 +104,20 @@ BUILTIN_REWARDS: dict[str, RewardFn] = {
 }
 
 
+def extend_import_path(config_dir: str | Path) -> None:
+    """Make `module:function` rewards importable from the working directory and the config's directory,
+    in this process and, through PYTHONPATH (which `fasync.launch.run` hands every Ray worker), in the actors.
+    The console script's own import path holds neither."""
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    for directory in (Path.cwd(), Path(config_dir)):
+        path = str(directory.resolve())
+        if path not in sys.path:
+            sys.path.insert(0, path)
+        if path not in entries:
+            entries.insert(0, path)
+    os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in entries if entry)
+
+
 def import_reward(spec: str) -> RewardFn:
     """The function named by `module:function`, checked to take (completion, label)."""
     module_name, _, attribute = spec.partition(":")
@@ -111,7 +128,7 @@ def import_reward(spec: str) -> RewardFn:
     except Exception as exc:
         raise ConfigurationError(
             f"reward.function: cannot import module {module_name!r} ({type(exc).__name__}: {exc}); "
-            "is it on PYTHONPATH?"
+            "fasync imports it from the working directory, the config's directory and PYTHONPATH"
         ) from exc
     function = getattr(module, attribute, None)
     if function is None:

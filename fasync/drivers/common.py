@@ -17,6 +17,8 @@ from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
+from fasync.metrics.signal import LearningSignal
+from fasync.metrics.trackers import open_trackers
 from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
 from fasync.staleness import VersionClock
@@ -29,12 +31,24 @@ REWARD_WINDOW = 3
 
 
 def build_factory(cfg: FasyncConfig) -> GroupFactory:
+    """The prompts, tokenizer and reward of a run, each checked here in the driver (the dataset against the
+    tokenizer and the context, the weight files against config.json) so that bad input stops the run before
+    Ray starts; raises ConfigurationError."""
     from fasync.data import build_dataset
+    from fasync.data.datasets import check_prompts
     from fasync.data.rewards import build_reward
+    from fasync.memory import model_dims
     from fasync.model import build_tokenizer
 
     tokenizer = build_tokenizer(cfg.model, cfg.data)
-    return GroupFactory(cfg, tokenizer, build_dataset(cfg.data), build_reward(cfg.reward))
+    dataset = build_dataset(cfg.data)
+    dims = model_dims(cfg)
+    check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
+    if cfg.model.path is not None:
+        from fasync.model.weights import check_weights
+
+        check_weights(cfg.model.path)
+    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward))
 
 
 def generate(engines: list, groups: list[PromptGroup], params) -> list[PromptGroup]:
@@ -106,8 +120,10 @@ class Run:
         self.plan = plan
         self.run_dir = run_dir
         self.progress = progress
-        self.writer = MetricsWriter(run_dir, cfg.mode)
+        self.writer = MetricsWriter(run_dir, cfg.mode, open_trackers(
+            cfg.logging, run_dir, cfg.model_dump(mode="json", by_alias=True)))
         self.ledger = Ledger()
+        self.signal = LearningSignal()
         self.factory = factory
         self._owns_engines = engines is None
         # Every GPU of the run reserved at once, before any actor starts (fasync/launch/plan.py).
@@ -219,7 +235,10 @@ class Run:
             record["tokens_per_s"] = tokens / elapsed
             record["samples_per_s"] = samples / elapsed
             record["ledger_balanced"] = self.ledger.balanced
+            warnings = self.signal.observe(record)
             self.progress.update(self.writer.write(record))
+            for warning in warnings:
+                self.progress.message(f"warning: {warning}")
             if record.get("skipped"):
                 self.progress.message(f"warning: step {record['step']} took no optimizer step: {record['skip_reason']}")
         every = self.cfg.checkpoint.every

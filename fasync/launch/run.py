@@ -101,6 +101,7 @@ def summarize(run, started: float, outcome: str) -> dict:
         "policy_lag_max": over("policy_lag_max", history) or 0,
         "ledger": run.ledger.as_dict(),
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
+        "warnings": run.signal.warnings,
     }
     for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
         summary[f"total_{phase}"] = round(over(phase, history), 3)
@@ -118,6 +119,8 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str) -> None:
     if summary["correction"]:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(summary["correction"].items()) if v is not None)
         _echo(f"  correction (last step): {shown}")
+    for warning in summary["warnings"]:
+        _echo(f"  warning: {warning}")
     _echo(f"  samples: {ledger_text}")
     _echo(f"  run directory: {run_dir}")
 
@@ -133,8 +136,10 @@ def train(config_path: str, overrides: Sequence[str] = (), run_dir: str | None =
         _echo(plan.describe())
         return ExitCode.OK
 
+    from fasync.data.rewards import extend_import_path
     from fasync.errors import ConfigurationError
 
+    extend_import_path(Path(config_path).parent)
     try:
         from fasync.drivers.common import build_factory
 
@@ -154,6 +159,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
 
     from fasync.drivers import driver_for
     from fasync.drivers.common import COMPLETED, Run
+    from fasync.errors import ConfigurationError
     from fasync.metrics.progress import Progress
 
     started = time.monotonic()
@@ -172,13 +178,16 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path) -> int:
     except KeyboardInterrupt:
         outcome, code = "interrupted", ExitCode.INTERRUPTED
         _echo("fasync train: interrupted, stopping all actors")
+    except ConfigurationError as error:  # bad input met while running (a reward that is not a number), here or in
+        outcome, code = "failed", ExitCode.FAILED  # an actor, whose RayTaskError is one too: print the original
+        _echo(f"fasync train: the run failed: {getattr(error, 'cause', None) or error}")
     except Exception as error:  # noqa: BLE001 - any actor failure ends the run with its message
         outcome, code = "failed", ExitCode.FAILED
-        if run is not None and run.stop_reason == COMPLETED:
-            run.stop_reason = f"{type(error).__name__} after {run.step} optimizer steps"
         _echo(f"fasync train: the run failed: {type(error).__name__}: {error}")
     finally:
         if run is not None:
+            if outcome != "finished" and run.stop_reason == COMPLETED:
+                run.stop_reason = f"{outcome} after {run.step} optimizer steps"
             summary = summarize(run, started, outcome)
             (directory / "summary.json").write_text(json.dumps(summary, indent=2))
             _print_summary(summary, directory, run.ledger.describe())

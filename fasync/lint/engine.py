@@ -20,6 +20,10 @@ from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Code, Diagnostic, Severity
 from fasync.exit_codes import ExitCode
 from fasync.lint.registry import RULES, Finding, Fix
+from fasync.preflight import missing_trackers
+
+TRACKERS_MISSING = "E007"
+"""The one environment check every lint runs (fasync/preflight.py): it only looks packages up."""
 
 
 def rules() -> dict[str, Code]:
@@ -39,12 +43,16 @@ def matches(code: str, patterns: Sequence[str]) -> bool:
 
 def lint(result: LoadResult, select: Sequence[str] | None = None,
          ignore: Sequence[str] | None = None) -> list[Diagnostic]:
-    """The load diagnostics plus those of every selected rule, ordered by file and position. A config that did
-    not load as written is linted as far as it did load (`LoadResult.partial`)."""
+    """The load diagnostics plus those of every selected rule and of E007 (a requested tracker that is not
+    installed), ordered by file and position. A config that did not load as written is linted as far as it did
+    load (`LoadResult.partial`)."""
     found = list(result.diagnostics)
     config = result.config or result.partial
     if config is not None:
-        found += _rule_diagnostics(result, config, select, list(ignore or ()) + list(config.lint.ignore))
+        ignored = list(ignore or ()) + list(config.lint.ignore)
+        found += _rule_diagnostics(result, config, select, ignored)
+        if (not select or matches(TRACKERS_MISSING, select)) and not matches(TRACKERS_MISSING, ignored):
+            found += missing_trackers(result)
     return sorted(found, key=_position)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from fasync.metrics.ledger import DROPPED_FROM
+from fasync.metrics.signal import ENTROPY_FLOOR, STREAK_STEPS
 
 Mode = Literal["sync", "async", "fully_async"]
 ALL: frozenset[str] = frozenset({"sync", "async", "fully_async"})
@@ -126,6 +127,11 @@ METRICS: dict[str, Metric] = _metrics(
     Metric("advantage_abs_mean", "1", "mean absolute advantage of the step's samples"),
     Metric("response_length_mean", "tokens", "mean completion length of the step's samples", over="mean"),
     Metric("skipped", "bool", "the step took no optimizer step"),
+    Metric("zero_advantage_streak", "optimizer steps", "optimizer steps in a row, up to this one, whose every "
+           f"advantage was 0; the run warns at {STREAK_STEPS} (fasync/metrics/signal.py)", over="max"),
+    Metric("entropy_collapse_streak", "optimizer steps", "optimizer steps in a row, up to this one, whose entropy "
+           f"was at most {ENTROPY_FLOOR:g} nats/token; the run warns at {STREAK_STEPS} (fasync/metrics/signal.py)",
+           over="max"),
     Metric("skip_reason", "text", "why (null unless skipped): every token rejected by correction"),
     *(Metric(f"is/{name}", unit, meaning + " ([correction.md](correction.md))", over="last")
       for name, unit, meaning in _CORRECTION),

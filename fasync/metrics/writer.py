@@ -7,7 +7,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from fasync.metrics.registry import check_row
 
@@ -21,8 +21,10 @@ def _jsonable(value: Any) -> Any:
 
 
 class MetricsWriter:
-    def __init__(self, run_dir: Path, mode: str):
+    def __init__(self, run_dir: Path, mode: str, trackers: Sequence = ()):
+        """`trackers` (fasync/metrics/trackers.py) get each row after metrics.jsonl has it, and close with it."""
         self.mode = mode
+        self.trackers = list(trackers)
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a")
@@ -36,10 +38,14 @@ class MetricsWriter:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         self.history.append(record)
+        for tracker in self.trackers:
+            tracker.log(record)
         return record
 
     def close(self) -> None:
         self._file.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -47,7 +47,9 @@ class CharTokenizer:
         try:
             return [self._ids[char] for char in text]
         except KeyError as exc:
-            raise ValueError(f"character {exc.args[0]!r} is not in the embedded tokenizer's alphabet") from None
+            char = exc.args[0]
+            raise ValueError(f"character {char!r} (U+{ord(char):04X}, character {text.index(char) + 1} of the text) is not in "
+                             "the embedded tokenizer's alphabet") from None
 
     def decode(self, ids: list[int]) -> str:
         """Text of the ids, skipping PAD, BOS and EOS."""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 import random
 from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
+from fasync.errors import ConfigurationError
 from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams
 
 
@@ -18,6 +21,8 @@ class PromptGroup:
     requests: list[Generation]
     """n_samples_per_prompt completions of the same prompt, filled in by the engines."""
     samples: list[Sample] = field(default_factory=list)
+    prompt_index: int = 0
+    """The prompt's index in the dataset (`PromptDataset.location` names its file and line)."""
 
     @property
     def size(self) -> int:
@@ -50,6 +55,7 @@ class GroupFactory:
         self.tokenizer = tokenizer
         self.dataset = dataset
         self.reward_fn = reward_fn
+        self.reward_name = cfg.reward.function
         self.rng = random.Random(cfg.data.seed)
         self._draws = itertools.count()
         self._request_ids = itertools.count()
@@ -57,17 +63,18 @@ class GroupFactory:
 
     def new_groups(self, count: int) -> list[PromptGroup]:
         """The next `count` prompts drawn, as groups of requests."""
-        return [self._group(GroupId(next(self._draws)), problem.prompt, problem.label)
-                for problem in self.dataset.sample(count, self.rng)]
+        return [self._group(GroupId(next(self._draws)), index)
+                for index in self.dataset.sample_indices(count, self.rng)]
 
     def again(self, group: PromptGroup) -> PromptGroup:
         """A fresh group for the same prompt (regenerating one that became too stale): the next attempt."""
-        return self._group(GroupId(group.group_id.draw, group.group_id.attempt + 1), group.prompt, group.label)
+        return self._group(GroupId(group.group_id.draw, group.group_id.attempt + 1), group.prompt_index)
 
-    def _group(self, group_id: GroupId, prompt: str, label: str) -> PromptGroup:
-        prompt_ids = list(self.tokenizer.format_prompt(prompt))
+    def _group(self, group_id: GroupId, index: int) -> PromptGroup:
+        problem = self.dataset.problems[index]
+        prompt_ids = list(self.tokenizer.format_prompt(problem.prompt))
         requests = [Generation(request_id=next(self._request_ids), prompt_ids=prompt_ids) for _ in range(self.n)]
-        return PromptGroup(group_id, prompt, label, requests)
+        return PromptGroup(group_id, problem.prompt, problem.label, requests, prompt_index=index)
 
     def score(self, group: PromptGroup) -> PromptGroup:
         stops = set(self.tokenizer.stop_token_ids)
@@ -82,13 +89,24 @@ class GroupFactory:
                     output_ids=gen.output_ids,
                     behaviour_logprobs=gen.logprobs,
                     token_versions=gen.token_versions,
-                    reward=float(self.reward_fn(completion, group.label)),
+                    reward=self._reward(completion, group),
                     label=group.label,
                     completion=completion,
                     finish_reason=gen.finish_reason,
                 )
             )
         return group
+
+    def _reward(self, completion: str, group: PromptGroup) -> float:
+        """The reward of one completion, which must be a finite number: a NaN or an infinity would train a
+        NaN step and push NaN weights to the engines, and text would be silently converted."""
+        value = self.reward_fn(completion, group.label)
+        if isinstance(value, numbers.Real) and math.isfinite(value):
+            return float(value)
+        raise ConfigurationError(
+            f"reward.function: {self.reward_name} returned {value!r} ({type(value).__name__}) for prompt "
+            f"{group.prompt_index} ({self.dataset.location(group.prompt_index)}), completion {completion[:40]!r}; every "
+            "reward must be a finite int or float: return float(...) of a number, never NaN, an infinity or text")
 
 
 def zero_variance(group: PromptGroup) -> bool:

@@ -11,7 +11,8 @@
   oldest version first; the trainer drains `rollout.batch_size` fresh groups, dropping (or regenerating)
   those `too_stale` at its version, and asks for the next drain at once; a weight sync pauses every
   engine, aborts the calls in flight (partial rollout, whole calls), lets sliced calls finish their
-  slice or, without partial rollout, waits for the calls to end, loads, and resumes.
+  slice or, without partial rollout, waits for the calls to end, loads, and resumes; a trainer that waited
+  for that sync sends its next one after a round trip, when the engines have already resumed.
 """
 
 from __future__ import annotations
@@ -53,10 +54,15 @@ class Simulation:
 
     # -- shared ----------------------------------------------------------------------------------
 
-    def _admit(self, count: int) -> list[Group]:
-        groups = self.work.new_groups(count)
+    def _admit(self, count: int, version: int) -> list[Group]:
+        """`count` new groups for weights at `version` to generate."""
+        groups = self.work.new_groups(count, self.policy_steps(version))
         self.ledger.admit(self.n * len(groups))
         return groups
+
+    def policy_steps(self, version: int) -> int:
+        """Optimizer steps behind the weights of `version`."""
+        return self.recorder.clock.published[version]
 
     def _generate_rollout(self, groups: list[Group], start: float, version: int,
                           engine_free: list[float], slowdown: float) -> float:
@@ -99,7 +105,7 @@ class Simulation:
         now, version = 0.0, 0
         free = [0.0] * self.engines
         for _ in range(self.cfg.train.num_rollouts):
-            groups = self._admit(self.cfg.rollout.batch_size)
+            groups = self._admit(self.cfg.rollout.batch_size, version)
             started, now = now, self._generate_rollout(groups, now, version, free, 1.0)
             self.recorder.generate_s.append(now - started)
             for group in groups:
@@ -145,7 +151,7 @@ class Simulation:
                         engine_free[engine] = max(pushes[applied], engine_free[engine]) + self.sync_cost
                         self.loads[engine] += 1
                     applied += 1
-                groups = self._admit(cfg.rollout.batch_size)
+                groups = self._admit(cfg.rollout.batch_size, applied)
                 training = any(begin < start + 1e-12 < end for begin, end in self.recorder.trainer_busy[-1:])
                 end = self._generate_rollout(groups, start, applied, engine_free, self._slowdown(training))
                 generated[index] = (end, groups)
@@ -250,9 +256,9 @@ class FullyAsync:
             count += 1
         groups = []
         while self.retry and len(groups) < count:
-            groups.append(self.sim.work.again(self.retry.popleft()))
+            groups.append(self.sim.work.again(self.retry.popleft(), self.sim.policy_steps(self.version)))
             self.sim.ledger.admit(self.n)
-        groups += self.sim._admit(count - len(groups))
+        groups += self.sim._admit(count - len(groups), self.version)
         self.admitted += len(groups)
         self.in_flight_groups += len(groups)
         return groups
@@ -311,8 +317,12 @@ class FullyAsync:
         for other in range(self.sim.engines):
             self.at(self.now, self.engine_ready, other)
         if self.trainer_waits == "sync":
+            # The trainer learns that this sync has ended through a round trip (`update_weights` returns
+            # to the driver, which then sends the next), while the engine loops, inside the rollouter,
+            # resume at once: the engines' next calls start under this version before the next push
+            # arrives. Scheduled after their `engine_ready`, at the same time, it keeps that order.
             self.trainer_waits = None
-            self.issue_sync()
+            self.at(self.now, self.issue_sync)
 
     def begin_sync(self, version: int) -> None:
         """`Rollouter.update_weights`: pause; abort the calls in flight (partial rollout, whole calls) or let

@@ -8,6 +8,12 @@ Prompt lengths always come from the dataset, tokenized as the engines will see t
   metrics.jsonl). A step's mean hides the spread inside it, so this understates a tail.
 - a list: drawn from, per prompt or per sample (`simulate.per`).
 - `{median, sigma}`: a lognormal tail, capped at `rollout.max_new_tokens`.
+
+These are the lengths of a policy that has learned when to stop. One still learning runs many answers to
+`rollout.max_new_tokens` first (`simulate.learning`): each completion does so with a share that depends on
+the optimizer steps behind the weights that generate it, falling linearly from all to none over `{steps}`,
+or as the calibration run's mean lengths imply at each of its steps (`run`): a step of mean length m, where
+the learned lengths average μ and the limit is L, had (m − μ) / (L − μ) of its completions at the limit.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from fasync.config.schema import FasyncConfig, LengthTail
@@ -36,14 +43,41 @@ class Lengths:
     values: Optional[list[int]] = None
     tail: Optional[LengthTail] = None
     source: str = "data"
+    full_shares: Optional[list[float]] = None
+    """`simulate.learning`: the share of completions at `max_new_tokens` from weights after each optimizer step;
+    past the end, the last share."""
 
-    def group(self) -> tuple[int, list[int]]:
+    def group(self, policy_steps: int) -> tuple[int, list[int]]:
+        """A prompt and its group's completion lengths, from weights that have taken `policy_steps` optimizer
+        steps."""
         index = int(self.rng.random() * len(self.prompts))
         if self.answers is not None:
-            return self.prompts[index], [self.answers[index]] * self.n
-        if self.per_prompt:
-            return self.prompts[index], [self._draw()] * self.n
-        return self.prompts[index], [self._draw() for _ in range(self.n)]
+            lengths = [self.answers[index]] * self.n
+        elif self.per_prompt:
+            lengths = [self._draw()] * self.n
+        else:
+            lengths = [self._draw() for _ in range(self.n)]
+        share = self.full_share(policy_steps)
+        if share > 0:
+            lengths = [self.max_new_tokens if self.rng.random() < share else length for length in lengths]
+        return self.prompts[index], lengths
+
+    def full_share(self, policy_steps: int) -> float:
+        shares = self.full_shares
+        if not shares:
+            return 0.0
+        return shares[min(policy_steps, len(shares) - 1)]
+
+    def learned_mean(self) -> float:
+        """The mean completion length of a policy that has learned (what `lengths` describes)."""
+        if self.answers is not None:
+            return sum(self.answers) / len(self.answers)
+        if self.values is not None:
+            return sum(min(v, self.max_new_tokens) for v in self.values) / len(self.values)
+        draws = random.Random(0)
+        count = 4096
+        return sum(max(1, min(round(self.tail.median * math.exp(self.tail.sigma * draws.gauss(0.0, 1.0))),
+                              self.max_new_tokens)) for _ in range(count)) / count
 
     def _draw(self) -> int:
         if self.values is not None:
@@ -59,12 +93,49 @@ class Lengths:
 
 
 def build_lengths(cfg: FasyncConfig, run_lengths: Optional[list[float]] = None) -> Lengths:
-    """The length source the config names; `run_lengths` are the calibration run's step means."""
-    from fasync.data import build_dataset
+    """The length source the config names, with its learning phase; `run_lengths` are the calibration run's
+    step means, in step order."""
+    learning = cfg.simulate.learning
+    if learning == "run" and cfg.simulate.lengths == "run":
+        raise ConfigurationError("simulate.learning: `run` reads the learning phase from the --calibrate run's "
+                                 "lengths, measured against the learned lengths; `simulate.lengths: run` takes "
+                                 "them from the same run (use data, a list or {median, sigma} with it)")
+    lengths = _learned_lengths(cfg, run_lengths)
+    if cfg.model.path is not None and not Path(cfg.model.path).exists():
+        lengths.source += f"; prompts counted in characters ({cfg.model.path} is not on this machine)"
+    if learning is None:
+        return lengths
+    limit = cfg.rollout.max_new_tokens
+    if learning == "run":
+        if not run_lengths:
+            raise ConfigurationError("simulate.learning: `run` takes the lengths of the --calibrate run, and none "
+                                     "was given (or its metrics.jsonl has no response_length_mean)")
+        learned = lengths.learned_mean()
+        span = limit - learned
+        lengths.full_shares = [min(max((mean - learned) / span, 0.0), 1.0) if span > 0 else 0.0
+                               for mean in run_lengths]
+        lengths.source += "; learning as the calibration run's mean lengths imply"
+    else:
+        lengths.full_shares = [1 - step / learning.steps for step in range(learning.steps)] + [0.0]
+        lengths.source += f"; learning: at {limit} tokens, all at first, none after {learning.steps} optimizer steps"
+    return lengths
+
+
+def planning_tokenizer(cfg: FasyncConfig):
+    """The engines' tokenizer, or, for a `model.path` that is not on this machine (a run planned for a cluster),
+    the embedded one: prompts are then counted in characters."""
     from fasync.model import build_tokenizer
 
+    if cfg.model.path is not None and not Path(cfg.model.path).exists():
+        return build_tokenizer(cfg.model.model_copy(update={"path": None}), cfg.data)
+    return build_tokenizer(cfg.model, cfg.data)
+
+
+def _learned_lengths(cfg: FasyncConfig, run_lengths: Optional[list[float]]) -> Lengths:
+    from fasync.data import build_dataset
+
     dataset = build_dataset(cfg.data)
-    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    tokenizer = planning_tokenizer(cfg)
     limit = cfg.rollout.max_new_tokens
     prompts = [len(tokenizer.format_prompt(problem.prompt)) for problem in dataset.problems]
     chosen = cfg.simulate.lengths

@@ -14,7 +14,7 @@ from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
 from fasync.simulate.costs import Costs, weight_bytes
 from fasync.simulate.drivers import Simulation
-from fasync.simulate.lengths import Lengths
+from fasync.simulate.lengths import Lengths, planning_tokenizer
 from fasync.simulate.state import LENGTH_BUCKETS, Recorder
 
 
@@ -59,9 +59,7 @@ class Prediction:
 def simulate(cfg: FasyncConfig, costs: Costs, lengths: Lengths) -> Prediction:
     """Run `cfg` in simulated time."""
     derived = derive(cfg)
-    from fasync.model import build_tokenizer
-
-    vocab = build_tokenizer(cfg.model, cfg.data).vocab_size
+    vocab = planning_tokenizer(cfg).vocab_size
     simulation = Simulation(cfg, derived, costs, lengths, weight_bytes(cfg, vocab))
     recorder = simulation.run()
     return summarize(cfg, recorder, simulation.ledger.as_dict(), derived.max_lag.steps)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from statistics import fmean, pstdev
@@ -19,7 +20,10 @@ def compute_advantages(
 ) -> list[float]:
     """One advantage per sample. `grpo` centres each reward on its prompt group's mean; `reinforce_baseline`
     on the mean of the whole batch. With `normalize_std` the centred reward is divided by the (population)
-    std of the same set."""
+    std of the same set. Rewards must be finite (`GroupFactory` checks them where they are computed)."""
+    bad = next((value for value in rewards if not math.isfinite(value)), None)
+    if bad is not None:
+        raise ValueError(f"reward {bad!r} is not a finite number: no advantage can be computed from it")
     if estimator == "grpo":
         members: dict[Hashable, list[int]] = defaultdict(list)
         for index, group in enumerate(group_ids):

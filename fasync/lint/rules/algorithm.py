@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 
@@ -65,3 +67,170 @@ def clip_low_disabled(cfg, derived):
             "set `train.clip_eps_low` below 1 (default 0.2); to let unlikely tokens grow faster, raise "
             "`train.clip_eps_high` instead",
         )
+
+
+NEAR_TIE_NATS = 0.1
+"""Logit gap of a near tie: two tokens the policy samples 52.5% and 47.5% of the time at temperature 1."""
+DEVIATION_CHANCE = 0.01
+"""A004 and A006 fire when even a generous bound on the chance that sampling leaves the greedy path falls
+below this."""
+
+
+def runner_up_probability(temperature: float, gap: float = NEAR_TIE_NATS) -> float:
+    """The chance that sampling at `temperature` picks a token `gap` nats of logit below the only other one:
+    1 / (1 + e^(gap / temperature)); 0 for greedy decoding."""
+    if temperature == 0:
+        return 0.0
+    odds = math.exp(-gap / temperature)  # underflows to 0 for a tiny temperature, which is the answer
+    return odds / (1 + odds)
+
+
+def greedy_in_effect(temperature: float, positions: int) -> tuple[float, float] | None:
+    """When `positions` sampled tokens almost surely all follow the most likely token, even if every one of
+    them were a near tie (positions × p(temperature) below `DEVIATION_CHANCE`): p(temperature) and the lowest
+    temperature that escapes the bound. None when sampling can leave the greedy path."""
+    chance = runner_up_probability(temperature)
+    if positions * chance >= DEVIATION_CHANCE:
+        return None
+    wanted = DEVIATION_CHANCE / positions  # solve positions × p(τ) = DEVIATION_CHANCE for τ
+    return chance, NEAR_TIE_NATS / math.log((1 - wanted) / wanted)
+
+
+def _probability(chance: float) -> str:
+    return f"{chance:.2g}" if chance > 0 else "below 1e-300"
+
+
+@rule(
+    "A004", "near-greedy-grpo", Severity.ERROR,
+    summary="A temperature so low that the completions of a prompt are almost surely identical.",
+    what="Reports `rollout.temperature` above 0 (greedy decoding is A002) with `train.advantage_estimator: grpo` "
+    "and more than one sample per prompt, when even at every token a near tie (two tokens 0.1 nat of logit "
+    "apart, 52.5% / 47.5% at temperature 1) the expected number of tokens where a group's completions differ, "
+    "(n − 1) × `rollout.max_new_tokens` × 1 / (1 + e^(0.1 / temperature)), is below 0.01.",
+    why="Dividing the logits by a tiny temperature makes sampling greedy in all but name: a token is chosen "
+    "over the most likely one with probability about e^(−gap / temperature), which vanishes for any gap. The "
+    "n completions of a prompt are then the same sequence with the same reward, every group-relative "
+    "advantage is 0, and the run learns nothing while appearing to sample (A002 reports temperature 0 "
+    "itself).",
+)
+def near_greedy_grpo(cfg, derived):
+    rollout = cfg.rollout
+    n, temperature = rollout.n_samples_per_prompt, rollout.temperature
+    if temperature == 0 or cfg.train.advantage_estimator != "grpo" or n < 2:
+        return
+    positions = (n - 1) * rollout.max_new_tokens
+    greedy = greedy_in_effect(temperature, positions)
+    if greedy is None:
+        return
+    chance, lowest = greedy
+    yield Finding(
+        "rollout.temperature",
+        f"at `rollout.temperature` {temperature:g} even a near tie (two tokens 0.1 nat apart) picks the second token "
+        f"with probability {_probability(chance)}, so over {n - 1} more completions of {rollout.max_new_tokens} "
+        f"tokens a group expects at most {positions * chance:.2g} differing tokens: its {n} completions are almost "
+        "surely identical and every grpo advantage is 0",
+        f"sample from the policy: set `rollout.temperature: 1.0` (the distribution the trainer scores); below "
+        f"{lowest:.2g} this group size and completion budget leave groups almost surely identical",
+    )
+
+
+@rule(
+    "A006", "greedy-reinforce-baseline", Severity.WARNING,
+    summary="`reinforce_baseline` with greedy or near-greedy sampling: no sample explores.",
+    what="Reports `train.advantage_estimator: reinforce_baseline` with `rollout.temperature` 0, or so low that "
+    "even at every token a near tie (0.1 nat of logit apart) the expected number of sampled tokens off the "
+    "greedy path, n × `rollout.max_new_tokens` × 1 / (1 + e^(0.1 / temperature)), is below 0.01.",
+    why="The batch-mean baseline compares different prompts, so the advantages are not all 0 by construction "
+    "(as they are for grpo, A002/A004). But every completion is the policy's most likely one: the n samples of "
+    "a prompt are copies, and no sample ever tries another answer, so a prompt answered wrongly stays wrong. "
+    "When every greedy answer scores the same (all wrong, as for a fresh model) every advantage is 0 and the "
+    "run learns nothing.",
+)
+def greedy_reinforce_baseline(cfg, derived):
+    rollout = cfg.rollout
+    if cfg.train.advantage_estimator != "reinforce_baseline":
+        return
+    positions = rollout.n_samples_per_prompt * rollout.max_new_tokens
+    greedy = greedy_in_effect(rollout.temperature, positions)
+    if greedy is None:
+        return
+    chance, lowest = greedy
+    how = ("decodes greedily" if rollout.temperature == 0 else
+           f"picks a near tie's second token with probability {_probability(chance)}, so its "
+           f"{positions} sampled tokens per prompt almost surely all follow the greedy path")
+    yield Finding(
+        "rollout.temperature",
+        f"`rollout.temperature` {rollout.temperature:g} {how}: every completion is the policy's most likely one, "
+        "no sample explores another answer, and when all of them score the same every reinforce_baseline "
+        "advantage is 0",
+        f"sample from the policy: set `rollout.temperature: 1.0` (at least {lowest:.2g} for this sampling budget)",
+    )
+
+
+GPT3_PEAK_LEARNING_RATES = (
+    (125e6, 6.0e-4), (350e6, 3.0e-4), (760e6, 2.5e-4), (1.3e9, 2.0e-4),
+    (2.7e9, 1.6e-4), (6.7e9, 1.2e-4), (13e9, 1.0e-4), (175e9, 0.6e-4),
+)
+"""(parameters, peak Adam learning rate) of the GPT-3 models: Brown et al. 2020, "Language Models are Few-Shot
+Learners", Table 2.1. The best learning rate falls with model size; these are pre-training peaks, which RL
+fine-tuning stays well below."""
+LEARNING_RATE_MARGIN = (1e-4, 10.0)
+"""A005's range: from 1/10,000 of the peak for the model's size to 10 times it."""
+
+
+def peak_learning_rate(parameters: float) -> float:
+    """GPT-3's peak learning rate for a model of `parameters`: interpolated log-log between the table's sizes,
+    and extended beyond them along the line through its first and last entries (the rate × 10 per ~3,000× fewer
+    parameters that the table shows end to end)."""
+    table = GPT3_PEAK_LEARNING_RATES
+    (p_first, lr_first), (p_last, lr_last) = table[0], table[-1]
+    slope = math.log(lr_last / lr_first) / math.log(p_last / p_first)
+    if parameters <= p_first:
+        return lr_first * (parameters / p_first) ** slope
+    if parameters >= p_last:
+        return lr_last * (parameters / p_last) ** slope
+    for (p0, lr0), (p1, lr1) in zip(table, table[1:]):
+        if parameters <= p1:
+            return lr0 * (lr1 / lr0) ** (math.log(parameters / p0) / math.log(p1 / p0))
+    raise AssertionError("unreachable: parameters lies within the table")
+
+
+def _count(parameters: int) -> str:
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if parameters >= size:
+            return f"{parameters / size:.3g}{unit}"
+    return str(parameters)
+
+
+@rule(
+    "A005", "learning-rate-out-of-range", Severity.ERROR,
+    summary="A learning rate far outside what the model's size supports.",
+    what="Reports `train.lr` above 10 times, or below 1/10,000 of, the peak learning rate GPT-3 was trained with "
+    "at the model's size (Brown et al. 2020, Table 2.1: 6e-4 at 125M parameters down to 6e-5 at 175B; "
+    "interpolated log-log, and extended along the same trend to smaller and larger models). The parameters "
+    "are counted from `model.path`'s config.json or the embedded model's keys (fasync/memory.py).",
+    why="The largest stable learning rate falls as models grow, and RL fine-tuning runs well below the "
+    "pre-training peak. Far above it, the first updates destroy the policy: entropy collapses to 0 within a step, "
+    "every completion of a prompt becomes the same and every advantage 0, and the run goes on to its end "
+    "learning nothing. Far below it, the weights barely move in the whole run.",
+)
+def learning_rate_out_of_range(cfg, derived):
+    from fasync.memory import model_dims
+
+    dims = model_dims(cfg)
+    if dims is None:
+        return
+    peak = peak_learning_rate(dims.parameters)
+    low, high = (peak * factor for factor in LEARNING_RATE_MARGIN)
+    lr = cfg.train.lr
+    if low <= lr <= high:
+        return
+    side = f"above 10 × {peak:.2g}" if lr > high else f"below {peak:.2g} / 10,000"
+    yield Finding(
+        "train.lr",
+        f"`train.lr` {lr:g} is {side}, where {peak:.2g} is the peak learning rate for {_count(dims.parameters)} "
+        f"parameters ({dims.source}) on the trend of GPT-3's (Brown et al. 2020, Table 2.1): the range for this model "
+        f"is {low:.2g} to {high:.2g}",
+        f"set `train.lr` between {low:.2g} and {high:.2g} (RL fine-tuning of a pretrained model usually runs at "
+        f"1/10 to 1/100 of {peak:.2g}), or add A005 to `lint.ignore` if the rate is deliberate",
+    )
