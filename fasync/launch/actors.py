@@ -56,6 +56,24 @@ class EngineActor:
     def abort(self) -> None:
         self.engine.abort()
 
+    # vLLM's weight transfer client (`fasync.rollout.weight_transfer.TrainerSender` on GPU placements) drives
+    # the vLLM engine through these.
+
+    def init_weight_transfer_engine(self, request) -> None:
+        self.engine.init_weight_transfer_engine(request)
+
+    def start_weight_update(self) -> None:
+        self.engine.start_weight_update()
+
+    def update_weights(self, request) -> None:
+        self.engine.update_weights(request)
+
+    def finish_weight_update(self) -> None:
+        self.engine.finish_weight_update()
+
+    def update_weight_version(self, version: str) -> int:
+        return self.engine.update_weight_version(version)
+
 
 # It only waits on the engines and the trainer, so it asks for no CPU of its own.
 RolloutActor = ray.remote(num_cpus=0)(Rollouter)

@@ -86,10 +86,11 @@ class RolloutEngine(ABC):
     @abstractmethod
     def _load_state_dict(self, state_dict: dict) -> None: ...
 
-    def _served_parameters(self, names: list[str]) -> dict:
+    def _served_parameters(self, names: list[str]) -> dict | None:
         """name → tensor of the weights this engine samples with now, for the trainer's parameter `names`
-        (read back from the model that serves, not from what was handed to `load_weights`)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot report the weights it serves")
+        (read back from the model that serves, not from what was handed to `load_weights`); None when the
+        backend cannot read its weights back in the trainer's layout, and only the served version is checked."""
+        return None
 
     def rng_state(self):
         """The sampling stream's state, for a checkpoint; None when the backend cannot save it (a resume
@@ -147,8 +148,9 @@ class RolloutEngine(ABC):
                     )
             return results
 
-    def load_weights(self, state_dict: dict, version: int) -> None:
-        """Load the trainer's weights as `version`; waits for a generate call in progress."""
+    def load_weights(self, state_dict: dict, version: int) -> int:
+        """Load the trainer's weights as `version`; waits for a generate call in progress. Returns the
+        version the engine now serves."""
         with self._busy:
             self._load_state_dict(state_dict)
             self._version = version
@@ -159,7 +161,8 @@ class RolloutEngine(ABC):
         as the engine's model now holds them). The driver compares it with the trainer's checksum of the
         weights it sent: an engine that kept its old weights, or loaded them wrongly, serves a different one."""
         with self._busy:
-            return self._version, weights_checksum(self._served_parameters(self._probed)) if self._probed else ""
+            served = self._served_parameters(self._probed) if self._probed else None
+            return self._version, weights_checksum(served) if served is not None else None
 
     def abort(self) -> None:
         """Make the generate calls made so far return promptly (unfinished requests `abort`);

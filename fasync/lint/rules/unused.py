@@ -34,6 +34,9 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
             ("the fully_async rollouter refills continuously, without rounds" if rollout.dynamic_sampling
              else "they size the refill rounds of `rollout.dynamic_sampling`, which is off"), \
             "`rollout.dynamic_sampling: true` in sync or async"
+    if rollout.engine != "vllm" or cfg.resources.gpus_per_engine > 0:
+        yield "rollout", ["vllm_cpu_kv_cache_gb"], "it sizes the KV cache of vLLM engines on CPU, and there are none", \
+            "`rollout.engine: vllm` with `resources.gpus_per_engine: 0`"
     if rollout.temperature == 0:
         yield "rollout", ["top_p"], "greedy decoding (`rollout.temperature` 0) takes the most likely token", \
             "a `rollout.temperature` above 0"
