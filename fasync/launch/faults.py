@@ -10,6 +10,7 @@ with every wait still outstanding and how long it has lasted.
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -63,8 +64,22 @@ def describe_failure(error: BaseException, actors: dict[str, str] | None = None)
     if isinstance(error, RunFault):
         return str(error)
     if isinstance(error, RayActorError):
-        return f"{(actors or {}).get(error.actor_id, 'an actor')} {ACTOR_DIED}"
+        name = (actors or {}).get(error.actor_id, "an actor")
+        raised = _creation_error(str(error))
+        return f"{name} failed to start: {raised}" if raised else f"{name} {ACTOR_DIED}"
     return f"{type(error).__name__}: {first_line(error)}"
+
+
+def _creation_error(text: str) -> str | None:
+    """What an actor's constructor raised, from Ray's report of an actor that died in its creation task (the
+    last `SomeError: message` line of the traceback it carries); None for any other death."""
+    if "creation task" not in text:
+        return None
+    raised = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, re.M)
+    if not raised:
+        return None
+    kind, message = raised[-1]
+    return message if kind == "ConfigurationError" else f"{kind}: {message}"
 
 
 class Watchdog:
