@@ -162,8 +162,12 @@ def test_after_sigkill_of_the_driver_nothing_of_its_cluster_runs_for_more_than_a
 
 @pytest.mark.parametrize("actor, named", [("TrainerActor", "trainer rank 0"), ("EngineActor", "engine 0")])
 def test_a_killed_actor_fails_the_run_within_seconds_naming_it_and_the_ledger_is_honest(tmp_path, actor, named):
-    run = Train(tmp_path)
+    from fasync import checkpoint
+    from fasync.checkpoint.state import load_driver_state
+
+    run = Train(tmp_path, checkpoint={"every": 2})
     run.training()
+    run.wait_for(lambda: checkpoint.latest(run.out) is not None, "a checkpoint")
     os.kill(run.actor_pid(actor), signal.SIGKILL)
     killed = time.monotonic()
     exit_code, output, summary = run.finish()
@@ -176,6 +180,9 @@ def test_a_killed_actor_fails_the_run_within_seconds_naming_it_and_the_ledger_is
     balances = min(counts) >= 0 and ledger["produced"] == sum(counts)
     assert ledger["balanced"] == balances
     assert (": balanced" if balances else "UNBALANCED") in output
+    # The run is resumable from its last good checkpoint, which the failure left as it was.
+    last = checkpoint.latest(run.out)
+    assert last is not None and last.step <= summary["optimizer_steps"] and load_driver_state(last)["step"] == last.step
     assert run.left_running(within_s=5) == []
 
 
