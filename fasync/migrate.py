@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import yaml
 
-from fasync.config.fields import show_value
+from fasync.config.fields import flatten, show_value
 from fasync.config.foreign_keys import CONVERTED, FRAMEWORKS, NONE, SAME, mappings_for, normalize
 
 
@@ -55,15 +55,6 @@ class Imported:
 
 
 # --- reading sources ---------------------------------------------------------------------------------------
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: data}
-
 
 def _scalar(text: str) -> Any:
     for number in (int, float):  # YAML 1.1 reads 1e-6 as a string
@@ -158,9 +149,9 @@ def read(framework: str, sources: list[str]) -> Source:
             if path.suffix == ".toml":
                 import tomllib
 
-                settings.update(_flatten(tomllib.loads(text)))
+                settings.update(flatten(tomllib.loads(text)))
             elif path.suffix in (".yaml", ".yml", ".json"):
-                settings.update(_flatten(yaml.safe_load(text) or {}))
+                settings.update(flatten(yaml.safe_load(text) or {}))
             elif path.suffix == ".py" or "GRPOConfig(" in text:
                 settings.update(_grpo_config_keywords(text))
             else:

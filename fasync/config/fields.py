@@ -12,6 +12,16 @@ from fasync.config.provenance import KeyPath
 from fasync.config.schema import FasyncConfig
 
 
+def flatten(data, prefix: str = "") -> dict:
+    """Nested mappings as dotted key → leaf value (`{"train": {"lr": 1}}` → `{"train.lr": 1}`)."""
+    if isinstance(data, dict):
+        out: dict = {}
+        for key, value in data.items():
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: data}
+
+
 def key_name(name: str, info: FieldInfo) -> str:
     return info.alias or name
 

@@ -161,15 +161,11 @@ def _factory(cfg: FasyncConfig, config_path: str):
         return None
 
 
-def _flatten(value, prefix: str = "") -> dict:
-    if isinstance(value, dict):
-        return {key: leaf for name, item in value.items() for key, leaf in _flatten(item, f"{prefix}{name}.").items()}
-    return {prefix.rstrip("."): value}
-
-
 def config_changes(saved: dict, now: dict) -> dict[str, tuple]:
     """Dotted key → (the run's value, the new value), for every key that differs."""
-    before, after = _flatten(saved), _flatten(now)
+    from fasync.config.fields import flatten
+
+    before, after = flatten(saved), flatten(now)
     return {key: (before.get(key), after.get(key)) for key in sorted(before.keys() | after.keys())
             if before.get(key) != after.get(key)}
 

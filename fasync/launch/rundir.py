@@ -133,10 +133,7 @@ def prepare_new(path: Path, echo=print) -> RunLock:
         if not is_run(path):
             raise RunFileError(f"{path}: is not empty and holds no fasync run (no {MARKER}); fasync only replaces "
                                "its own run directories. Choose an empty or new --run-dir")
-        old_lock = RunLock(path)
-        note = old_lock.acquire()
-        if note:
-            echo(note)
+        old_lock = _locked(path, echo)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime((path / MARKER).stat().st_mtime))
         kept = path.with_name(f"{path.name}-{stamp}")
         while kept.exists():
@@ -150,10 +147,7 @@ def prepare_new(path: Path, echo=print) -> RunLock:
         hint = "" if _finished(kept) else f" (it had not finished: `fasync train --resume {kept}` continues it)"
         echo(f"fasync train: the previous run in {path} was moved to {kept}{hint}")
     _mkdir(path)
-    lock = RunLock(path)
-    note = lock.acquire()
-    if note:
-        echo(note)
+    lock = _locked(path, echo)
     try:
         _mark(path)
     except RunFileError:
@@ -170,6 +164,11 @@ def open_for_resume(path: Path, echo=print) -> RunLock:
     if not is_run(path):
         raise RunFileError(f"--resume {path}: not a fasync run directory (no {MARKER}); give the directory "
                            "a `fasync train` run wrote")
+    return _locked(path, echo)
+
+
+def _locked(path: Path, echo) -> RunLock:
+    """`path`'s lock, taken; what taking it had to say (a stale lock taken over) is echoed."""
     lock = RunLock(path)
     note = lock.acquire()
     if note:
