@@ -29,10 +29,10 @@ def rows() -> list[dict]:
              "skip_reason": "every token rejected" if step == 1 else None} for step in range(3)]
 
 
-def write_rows(run_dir: Path, tracker: Tracker) -> list[dict]:
+def write_rows(run_dir: Path, tracker: Tracker, outcome: str = "finished") -> list[dict]:
     writer = MetricsWriter(run_dir, "sync", [tracker])
     written = [writer.write(row) for row in rows()]
-    writer.close()
+    writer.close(outcome)
     return written
 
 
@@ -135,6 +135,27 @@ def test_mlflow_file_store_reads_back(tmp_path, monkeypatch):
     assert run.data.params["train.lr"] == "0.002" and run.data.params["mode"] == "sync"
     saved = Path(client.download_artifacts(tracker.run_id, "metric_units.json", str(tmp_path / "artifacts")))
     assert json.loads(saved.read_text())["is/ess_token"] == "fraction"
+
+
+@pytest.mark.parametrize(("outcome", "status"), [("failed", "FAILED"), ("interrupted", "KILLED"),
+                                                 ("terminated", "KILLED")])
+def test_mlflow_run_ends_with_the_runs_outcome(tmp_path, monkeypatch, outcome, status):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracker = trackers.MlflowTracker(tmp_path, CONFIG, "fasync-test", None)
+    write_rows(tmp_path, tracker, outcome)
+    assert MlflowClient(tracking_uri=tracker.tracking_uri).get_run(tracker.run_id).info.status == status
+
+
+@pytest.mark.parametrize(("outcome", "exit_code"), [("finished", 0), ("failed", 1)])
+def test_wandb_run_exits_with_the_runs_outcome(tmp_path, monkeypatch, outcome, exit_code):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    write_rows(tmp_path, trackers.WandbTracker(tmp_path, CONFIG, "fasync-test", "offline"), outcome)
+    exits = [record.exit for record in finished_wandb_log(tmp_path) if record.WhichOneof("record_type") == "exit"]
+    assert [record.exit_code for record in exits] == [exit_code]
 
 
 class Failing(Tracker):
@@ -256,7 +277,7 @@ def test_a_tracker_that_cannot_start_is_one_message_with_a_hint(tmp_path, monkey
 
     pytest.importorskip("tensorboard")
     closed = []
-    monkeypatch.setattr(trackers.TensorBoardTracker, "end", lambda self: closed.append(self.name))
+    monkeypatch.setattr(trackers.TensorBoardTracker, "end", lambda self, outcome: closed.append(self.name))
 
     def refuse(*args):
         raise RuntimeError("api_key not configured (no-tty)")

@@ -453,9 +453,10 @@ class Run:
             return True
         return False
 
-    def close(self) -> None:
-        """Flush the metrics and end the actors this run started."""
-        self.writer.close()
+    def close(self, outcome: str = "finished") -> None:
+        """Flush the metrics, end the trackers' runs with the run's `outcome`, and end the actors this run
+        started."""
+        self.writer.close(outcome)
         self.journal.close()
         self.trainer.kill()
         for engine in self.engines if self._owns_engines else ():

@@ -320,7 +320,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
             code = code or ExitCode.FAILED
         _print_summary(summary, directory, _ledger_text(run, outcome) if run is not None else None)
         if run is not None:
-            signals.graceful("ending the actors", run.close)
+            signals.graceful("ending the actors", lambda: run.close(outcome))
         if owns_ray:
             ray.shutdown()
         reaper.finish(cluster_reaper)

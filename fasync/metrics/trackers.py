@@ -91,9 +91,11 @@ class Tracker:
         if not self.failed:
             self._guarded(f"at step {row.get('step')}", self.send, int(row["step"]), scalars(row))
 
-    def close(self) -> None:
+    def close(self, outcome: str = "finished") -> None:
+        """End the tracker's run, marked with the run's `outcome` (summary.json's: finished, failed,
+        interrupted, terminated), so that a failed run does not show as a finished one in the tracker."""
         if not self.failed:
-            self._guarded("when closing", self.end)
+            self._guarded("when closing", self.end, outcome)
 
     def _guarded(self, when: str, call, *args) -> None:
         try:
@@ -106,7 +108,7 @@ class Tracker:
     def send(self, step: int, values: dict[str, float]) -> None:
         raise NotImplementedError
 
-    def end(self) -> None:
+    def end(self, outcome: str) -> None:
         """Flush and end the tracker's run."""
 
 
@@ -142,7 +144,7 @@ class TensorBoardTracker(Tracker):
         self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
         self._writer.flush()
 
-    def end(self) -> None:
+    def end(self, outcome: str) -> None:
         self._writer.close()
 
 
@@ -163,8 +165,9 @@ class WandbTracker(Tracker):
     def send(self, step: int, values: dict[str, float]) -> None:
         self._run.log(values, step=step)
 
-    def end(self) -> None:
-        self._run.finish()
+    def end(self, outcome: str) -> None:
+        # W&B reads a non-zero exit code as a failed run (its "crashed"/"failed" state).
+        self._run.finish(exit_code=0 if outcome == "finished" else 1)
 
 
 class MlflowTracker(Tracker):
@@ -199,9 +202,12 @@ class MlflowTracker(Tracker):
         self._client.log_batch(self.run_id, metrics=[self._metric(name, value, now, step)
                                                      for name, value in values.items()])
 
-    def end(self) -> None:
-        self._client.set_terminated(self.run_id)
+    def end(self, outcome: str) -> None:
+        self._client.set_terminated(self.run_id, status=MLFLOW_STATUS.get(outcome, "FAILED"))
 
+
+MLFLOW_STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "terminated": "KILLED", "failed": "FAILED"}
+"""A run's outcome as MLflow's run status (a stopped run is KILLED: stopped from outside, not broken)."""
 
 START_HINTS = {
     "tensorboard": "check that the run directory is writable",

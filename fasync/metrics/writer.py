@@ -62,10 +62,11 @@ class MetricsWriter:
         self.started = time.monotonic() - wall_time
         self._file.append({"resume": {**marker, "wall_time": round(wall_time, 4)}})
 
-    def close(self) -> None:
+    def close(self, outcome: str = "finished") -> None:
+        """Close metrics.jsonl and end the trackers' runs with the run's `outcome`."""
         self._file.close()
         for tracker in self.trackers:
-            tracker.close()
+            tracker.close(outcome)
 
 
 def read_metrics(path: Path) -> list[dict]:
