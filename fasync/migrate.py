@@ -177,7 +177,8 @@ def read(framework: str, sources: list[str]) -> Source:
 
 def translate(source: Source) -> Imported:
     out = Imported()
-    converted = _CONVERTERS[source.framework](source, out)
+    converted = _CONVERTERS[source.framework](source, out) | _trackers(source, out)
+    by_hand = []
     for key, value in source.values.items():
         rows = [r for r in mappings_for(key.split("."), source.framework) if r.framework == source.framework]
         written = source.written.get(key, key)
@@ -188,8 +189,86 @@ def translate(source: Source) -> Imported:
                 if target not in out.values:
                     out.set(target, value, f"{FRAMEWORKS[source.framework]} {written}: {show_value(value)}")
         elif rows[0].kind == CONVERTED and key not in converted:
-            out.unmapped.append((written, value, f"converted by hand: {rows[0].note}"))
+            by_hand.append((key, written, value, rows[0].note))
+    # Last: the interval's conversion needs the geometry every other key has set.
+    converted |= _checkpoint_interval(source, out)
+    out.unmapped += [(written, value, f"converted by hand: {note}")
+                     for key, written, value, note in by_hand if key not in converted]
     return out
+
+
+ROLLOUT_INTERVALS = {"verl": ("trainer.save_freq",), "slime": ("save_interval",), "miles": ("save_interval",),
+                     "areal": ("saver.freq_steps",), "openrlhf": ("ckpt.save_steps", "save_steps")}
+"""Checkpoint intervals a framework counts in rollouts (its training or global steps); fasync's `checkpoint.every`
+counts optimizer steps."""
+
+
+def _checkpoint_interval(source: Source, out: Imported) -> set[str]:
+    """`checkpoint.every` from an interval counted in rollouts: × the imported config's optimizer steps per rollout
+    (`fasync.config.derived`, with fasync's defaults for what the source does not set)."""
+    key = next((k for k in ROLLOUT_INTERVALS.get(source.framework, ()) if k in source.values), None)
+    steps = _steps_per_rollout(out) if key is not None else None
+    if steps is None:
+        return set()
+    every = source.get(key) * steps
+    out.set("checkpoint.every", every, f"{source.cite(key)} rollouts × {steps} optimizer "
+            f"step{'s' * (steps != 1)} per rollout = {every} optimizer steps")
+    return {key}
+
+
+def _steps_per_rollout(out: Imported) -> int | None:
+    """The imported config's optimizer steps per rollout; None when its geometry does not validate (the linter
+    then says why, and the interval is left to convert by hand)."""
+    from pydantic import ValidationError
+
+    from fasync.config.derived import derive
+    from fasync.config.schema import FasyncConfig
+
+    nested: dict = {}
+    for key, (value, _) in out.values.items():
+        head, _, name = key.partition(".")
+        if name:
+            nested.setdefault(head, {})[name] = value
+        else:
+            nested[head] = value
+    try:
+        return derive(FasyncConfig.model_validate(nested)).num_steps_per_rollout
+    except (ValidationError, ValueError, ZeroDivisionError):
+        return None
+
+
+TRACKERS = ("tensorboard", "wandb", "mlflow")
+
+
+def _trackers(source: Source, out: Imported) -> set[str]:
+    """`logging.backends` (and W&B's mode) from the experiment trackers the source logs to; jsonl is always on."""
+    found: dict[str, str] = {}
+    framework = source.framework
+    if framework == "verl" and "trainer.logger" in source.values:
+        loggers = source.get("trainer.logger")
+        loggers = yaml.safe_load(loggers) if isinstance(loggers, str) else loggers
+        for name in [loggers] if isinstance(loggers, str) else loggers or []:
+            if name in TRACKERS:
+                found[name] = source.cite("trainer.logger")
+    if framework == "trl" and "report_to" in source.values:
+        wanted = source.get("report_to")
+        wanted = TRACKERS if wanted == "all" else [wanted] if isinstance(wanted, str) else wanted or []
+        found.update({name: source.cite("report_to") for name in wanted if name in TRACKERS})
+    if framework in ("slime", "miles", "openrlhf") and source.get("use_wandb"):
+        found["wandb"] = source.cite("use_wandb")
+    if framework == "openrlhf" and source.get("use_tensorboard"):
+        found["tensorboard"] = source.cite("use_tensorboard")
+    if framework == "areal":
+        mode = source.get("stats_logger.wandb.mode")
+        if mode in ("online", "offline"):
+            found["wandb"] = source.cite("stats_logger.wandb.mode")
+            out.set("logging.wandb_mode", mode, source.cite("stats_logger.wandb.mode"))
+        if source.get("stats_logger.tensorboard.path"):
+            found["tensorboard"] = source.cite("stats_logger.tensorboard.path")
+    if found:
+        out.set("logging.backends", ["jsonl", *found], "; ".join(dict.fromkeys(found.values())))
+    return {"trainer.logger", "report_to", "use_wandb", "use_tensorboard", "stats_logger.wandb.mode",
+            "stats_logger.tensorboard.path"}
 
 
 def _ceil_staleness(source: Source, key: str, out: Imported) -> None:

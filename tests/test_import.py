@@ -24,6 +24,7 @@ python -m verl.experimental.fully_async_policy.fully_async_main \\
     async_training.trigger_parameter_sync_step=4 \\
     async_training.staleness_threshold=0.5 \\
     async_training.partial_rollout=True \\
+    trainer.total_epochs=15 \\
     trainer.logger=['console']
 """),
     "slime": ("run.sh", """\
@@ -102,7 +103,8 @@ def test_the_comments_show_the_arithmetic_and_the_unmapped_keys_are_listed(tmp_p
     assert "async_training.require_batches 4 × ppo_mini_batch_size 32 = 128 prompts per drain" in text
     assert "actor_rollout_ref.actor.ppo_mini_batch_size 32 prompts × actor_rollout_ref.rollout.n 16 = 512" in text
     assert "ceil(async_training.staleness_threshold 0.5) = 1" in text
-    assert "# No fasync equivalent" in text and "trainer.logger" in text
+    assert "# No fasync equivalent" in text and "trainer.total_epochs: 15" in text
+    assert "backends" not in text  # trainer.logger: console only, fasync's progress display
     assert yaml.safe_load(text.split("\n# No fasync")[0])["train"]["lr"] == 1e-6
 
 
@@ -111,6 +113,48 @@ def test_overrides_and_flags_on_the_command_line(tmp_path):
                                     "4", "--global-batch-size=64"]).stdout
     data = yaml.safe_load(text.split("\n# No fasync")[0])
     assert data["rollout"] == {"batch_size": 16, "n_samples_per_prompt": 4} and data["train"]["global_batch_size"] == 64
+
+
+# framework: (source file, its text, checkpoint.every, logging.backends, logging.experiment)
+SAVING_AND_LOGGING = {
+    "verl": ("run.sh", "python -m verl.trainer.main_ppo data.train_batch_size=256 actor_rollout_ref.rollout.n=4 "
+             "actor_rollout_ref.actor.ppo_mini_batch_size=64 trainer.save_freq=10 trainer.logger=['console','wandb'] "
+             "trainer.project_name=gsm8k\n", 40, ["jsonl", "wandb"], "gsm8k"),
+    "slime": ("run.sh", "python3 train.py --rollout-batch-size 32 --n-samples-per-prompt 8 --global-batch-size 64 "
+              "--save-interval 5 --use-wandb --wandb-project math\n", 20, ["jsonl", "wandb"], "math"),
+    "openrlhf": ("run.sh", "python3 -m openrlhf.cli.train_ppo_ray --rollout.batch_size 32 --rollout.n_samples_per_prompt 8 "
+                 "--train.batch_size 128 --save_steps 3 --use_tensorboard logs/tb\n", 6, ["jsonl", "tensorboard"], None),
+    "areal": ("grpo.yaml", "experiment_name: gsm8k-grpo\ntrain_dataset: {batch_size: 64}\ngconfig: {n_samples: 4}\n"
+              "actor: {ppo_n_minibatches: 2}\nsaver: {freq_steps: 5}\nstats_logger: {wandb: {mode: offline}}\n",
+              10, ["jsonl", "wandb"], "gsm8k-grpo"),
+    "trl": ("train.py", "from trl import GRPOConfig\nargs = GRPOConfig(per_device_train_batch_size=16, "
+            "steps_per_generation=4, num_generations=8, save_steps=50, report_to=['tensorboard', 'mlflow'])\n",
+            50, ["jsonl", "tensorboard", "mlflow"], None),
+}
+
+
+@pytest.mark.parametrize("framework", sorted(SAVING_AND_LOGGING))
+def test_checkpoint_interval_becomes_optimizer_steps_and_trackers_carry_over(framework, tmp_path):
+    """Frameworks that count checkpoint intervals in rollouts get them × the optimizer steps per rollout (fasync's
+    `checkpoint.every` counts optimizer steps); TRL's save_steps already counts them."""
+    name, text, every, backends, experiment = SAVING_AND_LOGGING[framework]
+    source = tmp_path / name
+    source.write_text(text)
+    out = tmp_path / "fasync.yaml"
+    result = CliRunner().invoke(app, ["import", framework, str(source), "-o", str(out)])
+    assert "Traceback" not in result.output
+    cfg = load_config(out).config
+    assert cfg is not None, result.output
+    assert (cfg.checkpoint.every, cfg.logging.backends, cfg.logging.experiment) == (every, backends, experiment)
+    assert cfg.logging.wandb_mode == ("offline" if framework == "areal" else None)
+    assert "converted by hand" not in out.read_text()
+
+
+def test_trackers_a_source_does_not_name_stay_off(tmp_path):
+    source = tmp_path / "train.py"
+    source.write_text("from trl import GRPOConfig\nargs = GRPOConfig(report_to='none', save_steps=10)\n")
+    text = CliRunner().invoke(app, ["import", "trl", str(source)]).stdout
+    assert "backends" not in text and "every: 10" in text
 
 
 SUFFIX = {"verl": "sh", "slime": "sh", "miles": "sh", "openrlhf": "sh", "areal": "yaml", "prime-rl": "toml",

@@ -124,7 +124,11 @@ _VERL = _table("verl", [
     ("trainer.nnodes", ("resources.trainer_ranks", "resources.num_gpus"), CONVERTED, "see trainer.n_gpus_per_node."),
     ("trainer.total_training_steps", "train.num_rollouts", SAME, "one training step per rollout, as in fasync sync."),
     ("trainer.total_epochs", (), NONE, "verl counts passes over the dataset; fasync counts rollouts (train.num_rollouts)."),
-    ("trainer.save_freq", "checkpoint.every", SAME, "verl counts training steps, fasync rollouts (fully_async: drains)."),
+    ("trainer.save_freq", "checkpoint.every", CONVERTED,
+     "verl counts training steps (one per rollout), fasync optimizer steps: × the optimizer steps per rollout."),
+    ("trainer.logger", "logging.backends", CONVERTED, "wandb, tensorboard and mlflow carry over; console is fasync's "
+     "progress display, always on."),
+    ("trainer.project_name", "logging.experiment", SAME),
     ("trainer.*", (), NONE, "logging, validation and experiment bookkeeping have no fasync equivalent."),
     ("async_training.staleness_threshold", "async.max_weight_staleness", CONVERTED,
      "verl's value is a fraction of one sync's worth of samples the rollouter may generate in excess (0.1: 10% "
@@ -190,7 +194,9 @@ _SLIME_SHARED = [
      "actor_num_nodes × actor_num_gpus_per_node trainer GPUs, one rank each."),
     ("actor_num_nodes", ("resources.trainer_ranks", "resources.num_gpus"), CONVERTED, "see actor_num_gpus_per_node."),
     ("colocate", "resources.colocate", SAME),
-    ("save_interval", "checkpoint.every", SAME, "rollouts between checkpoints in both."),
+    ("save_interval", "checkpoint.every", CONVERTED, "slime counts rollouts, fasync optimizer steps: × the optimizer steps per rollout."),
+    ("use_wandb", "logging.backends", CONVERTED, "adds wandb to logging.backends."),
+    ("wandb_project", "logging.experiment", SAME),
     ("use_dynamic_batch_size", (), NONE,
      "it packs micro batches by token count; it is not train.use_dynamic_global_batch_size."),
     ("num_epoch", (), NONE, "passes over the dataset; fasync counts rollouts (train.num_rollouts)."),
@@ -249,7 +255,13 @@ _AREAL = _table("areal", [
     ("train_dataset.*", (), NONE, _NESTED.format(source="AReaL")),
     ("saver.*", (), NONE, _NESTED.format(source="AReaL")),
     ("total_train_epochs", (), NONE, "passes over the dataset; fasync counts drains (train.num_rollouts)."),
-    ("saver.freq_steps", "checkpoint.every", SAME),
+    ("saver.freq_steps", "checkpoint.every", CONVERTED, "AReaL counts global steps (one per batch, of "
+     "actor.ppo_n_minibatches updates), fasync optimizer steps: × the optimizer steps per drain."),
+    ("stats_logger.wandb.mode", ("logging.backends", "logging.wandb_mode"), CONVERTED,
+     "online or offline adds wandb in that mode; disabled (AReaL's default) leaves it out."),
+    ("stats_logger.tensorboard.path", "logging.backends", CONVERTED, "adds tensorboard; fasync writes its events under "
+     "<run_dir>/tensorboard, not at AReaL's path."),
+    ("experiment_name", "logging.experiment", SAME),
     ("seed", "train.seed", SAME),
 ])
 
@@ -322,8 +334,14 @@ _OPENRLHF = _table("openrlhf", [
      "group_norm is grpo; gae needs a critic; rloo and reinforce_baseline variants differ from fasync's batch mean."),
     ("actor.adam.lr", "train.lr", SAME),
     ("actor_learning_rate", "train.lr", SAME),
-    ("ckpt.save_steps", "checkpoint.every", SAME, "OpenRLHF counts global steps (rollouts)."),
-    ("save_steps", "checkpoint.every", SAME, "OpenRLHF counts global steps (rollouts)."),
+    ("ckpt.save_steps", "checkpoint.every", CONVERTED, "OpenRLHF counts global steps (rollouts), fasync optimizer "
+     "steps: × the optimizer steps per rollout."),
+    ("save_steps", "checkpoint.every", CONVERTED, "OpenRLHF counts global steps (rollouts), fasync optimizer steps: × "
+     "the optimizer steps per rollout."),
+    ("use_wandb", "logging.backends", CONVERTED, "adds wandb to logging.backends (OpenRLHF's value is the W&B key)."),
+    ("use_tensorboard", "logging.backends", CONVERTED, "adds tensorboard to logging.backends; fasync writes its events "
+     "under <run_dir>/tensorboard, not at OpenRLHF's path."),
+    ("wandb_project", "logging.experiment", SAME),
     ("actor.num_gpus_per_node", ("resources.trainer_ranks", "resources.num_gpus"), CONVERTED,
      "actor.num_nodes × actor.num_gpus_per_node trainer GPUs, one rank each."),
     ("actor.num_nodes", ("resources.trainer_ranks", "resources.num_gpus"), CONVERTED, "see actor.num_gpus_per_node."),
@@ -373,7 +391,9 @@ _TRL = _table("trl", [
     ("vllm_importance_sampling_cap", "correction.weight_upper", SAME),
     ("vllm_importance_sampling_clip_max", "correction.weight_upper", SAME),
     ("max_steps", "train.num_rollouts", CONVERTED, "optimizer steps; fasync counts rollouts: / steps per generation."),
-    ("save_steps", "checkpoint.every", CONVERTED, "optimizer steps; fasync counts rollouts: / steps per generation."),
+    ("save_steps", "checkpoint.every", SAME, "optimizer steps in both."),
+    ("report_to", "logging.backends", CONVERTED, "wandb, tensorboard and mlflow carry over (all: the three); none: "
+     "metrics.jsonl only, which fasync always writes."),
     ("seed", "train.seed", SAME),
     ("use_vllm", "rollout.engine", CONVERTED, "true is `rollout.engine: vllm`."),
     ("max_staleness", "async.max_weight_staleness", SAME,
