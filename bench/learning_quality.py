@@ -189,14 +189,15 @@ def plot(rows: list[list], path: Path) -> bool:
     tasks = list(dict.fromkeys(row[0] for row in rows))
     figure, axes = plt.subplots(len(tasks), 2, figsize=(10, 3.6 * len(tasks)), squeeze=False)
     for line, task in enumerate(tasks):
-        for correction in CORRECTIONS:
+        for color, correction in enumerate(CORRECTIONS):
             cell = sorted((row for row in rows if row[0] == task and row[1] == correction), key=lambda r: r[2])
             if not cell:
                 continue
             etas = [row[2] for row in cell]
             reached = [int(row[3].split("/")[0]) / int(row[3].split("/")[1]) for row in cell]
-            axes[line][0].plot(etas, reached, marker="o", label=correction)
-            axes[line][1].plot(etas, [row[6] for row in cell], marker="o", label=correction)
+            # One colour per correction in every panel of both figures, whichever cells a grid has.
+            axes[line][0].plot(etas, reached, marker="o", label=correction, color=f"C{color}")
+            axes[line][1].plot(etas, [row[6] for row in cell], marker="o", label=correction, color=f"C{color}")
         axes[line][0].set(title=f"{TASKS[task].label}: seeds reaching {TASKS[task].target}",
                           xlabel="max_weight_staleness η (versions)", ylabel="fraction of seeds", ylim=(-0.05, 1.05))
         axes[line][1].set(title=f"{TASKS[task].label}: final reward", xlabel="max_weight_staleness η (versions)",
@@ -220,17 +221,20 @@ def plot_curves(cells: dict[tuple, list[Run]], out: Path, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    panels = sorted({(task, eta) for task, _, eta in cells}, key=lambda p: (list(TASKS).index(p[0]), p[1]))
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    for axis, (task, eta) in zip(axes[0], panels):
-        for correction in CORRECTIONS:
+    # A row per task, a column per η: the grid stays readable however many η were run.
+    tasks = sorted({task for task, _, _ in cells}, key=list(TASKS).index)
+    etas = sorted({eta for _, _, eta in cells})
+    figure, axes = plt.subplots(len(tasks), len(etas), figsize=(3.6 * len(etas), 3.0 * len(tasks)), squeeze=False)
+    for (row, task), (column, eta) in ((t, e) for t in enumerate(tasks) for e in enumerate(etas)):
+        axis = axes[row][column]
+        for color, correction in enumerate(CORRECTIONS):
             curves = [[r["rollout_reward_mean"] for r in last_per_rollout(_records(run.directory(out)))]
                       for run in cells.get((task, correction, eta), [])]
             if not curves:
                 continue
             mean = [statistics.mean(c[i] for c in curves if i < len(c)) for i in range(max(map(len, curves)))]
             smooth = [statistics.mean(mean[max(0, i - 4):i + 1]) for i in range(len(mean))]
-            axis.plot(range(1, len(smooth) + 1), smooth, label=f"{correction} ({len(curves)} seeds)")
+            axis.plot(range(1, len(smooth) + 1), smooth, label=f"{correction} ({len(curves)} seeds)", color=f"C{color}")
         axis.axhline(TASKS[task].target, color="grey", linestyle=":", linewidth=1)
         axis.set(title=f"{task}, η = {eta}", xlabel="drain (optimizer step)", ylabel="reward (5-drain mean)")
         axis.legend(fontsize=7)

@@ -137,11 +137,11 @@ def run_ray_alone(out: Path) -> None:
     fasync's start-up and memory."""
     from fasync.config.loader import load_config
     from fasync.launch.plan import plan_resources
-    from fasync.launch.run import _start_ray
+    from fasync.launch.run import _init_ray
 
     cfg = load_config(str(ROOT / "configs" / "quickstart.yaml"), []).config
     started = time.monotonic()
-    _start_ray(cfg, plan_resources(cfg))
+    _init_ray(cfg, plan_resources(cfg))
     (out / "ready").write_text(f"{time.monotonic() - started:.3f}")
     time.sleep(3)
 
