@@ -180,24 +180,29 @@ def phases_line(calibration) -> str:
             + ", ".join(f"{k} {v:g}" for k, v in calibration.costs.to_config().items() if v is not None) + ".")
 
 
-def kept_scenario(scenario: Scenario, out: Path, target: float) -> ScenarioResult | None:
-    """A scenario measured from the run directories an earlier invocation kept (`--from`); None unless every
-    variant has one."""
+def kept_scenario(scenario: Scenario, out: Path, target: float) -> tuple[ScenarioResult, int] | None:
+    """A scenario measured from the run directories an earlier invocation kept (`--from`), every repeat of
+    each variant (medians, as `run_scenario` takes them), and the fewest repeats a variant has; None unless
+    every variant has one."""
     import yaml
 
-    from fasync.bench.measure import measure
+    from fasync.bench.measure import measure, median_report
     from fasync.metrics.writer import read_metrics
 
-    reports = []
+    reports, repeats = [], []
     measured_at = scenario.target if scenario.target is not None else target
     for index, variant in enumerate(scenario.variants):
-        run_dir = out / scenario.name / f"{index}-{variant.mode}-0"
-        if not (run_dir / "summary.json").is_file():
+        run_dirs = sorted(out.glob(f"{scenario.name}/{index}-{variant.mode}-*/summary.json"))
+        if not run_dirs:
             return None
-        resources = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("resources", {})
-        reports.append(measure(variant.mode, 0, read_metrics(run_dir / "metrics.jsonl"), measured_at,
-                              resources.get("num_rollout_engines", 1)))
-    return ScenarioResult(scenario, measured_at, reports)
+        runs = []
+        for summary in run_dirs:
+            resources = (yaml.safe_load((summary.parent / "config.yaml").read_text()) or {}).get("resources", {})
+            runs.append(measure(variant.mode, 0, read_metrics(summary.parent / "metrics.jsonl"), measured_at,
+                                resources.get("num_rollout_engines", 1)))
+        reports.append(median_report(runs))
+        repeats.append(len(runs))
+    return ScenarioResult(scenario, measured_at, reports), min(repeats)
 
 
 def validation_block(out: Path, repeats: int, kept: bool = False) -> str:
@@ -208,7 +213,9 @@ def validation_block(out: Path, repeats: int, kept: bool = False) -> str:
     dataset = LONG_TAIL.write_dataset(out / "long-tail.jsonl") if not kept else out / "long-tail.jsonl"
     scenarios = [standard_scenario(), LONG_TAIL.scenario(dataset)]
     if kept:
-        results = [result for result in (kept_scenario(s, out, 0.9) for s in scenarios) if result is not None]
+        found = [found for found in (kept_scenario(s, out, 0.9) for s in scenarios) if found is not None]
+        results = [result for result, _ in found]
+        repeats = min((count for _, count in found), default=0)
     else:
         results = [run_scenario(s, QUICKSTART, [], out, 0.9, ROOT / "configs", repeats) for s in scenarios]
     calibration = calibrate([out / "modes" / "0-sync-0"])
@@ -220,9 +227,10 @@ def validation_block(out: Path, repeats: int, kept: bool = False) -> str:
         phases_line(calibration),
     ]
     if kept:
-        parts[0] = (f"{measured(sys.argv)}: measured from the run directories a run of this script kept; load "
-                    f"average {load_after} now, two busy processes got {capacity:.2f} cores' worth of work done "
-                    "at once (2.00 on two free cores). One run per variant.")
+        parts[0] = (f"{measured(sys.argv)}: measured from the run directories a run of this script kept, "
+                    f"{repeats} or more per variant (medians, with the runs' range); the load while they ran is "
+                    "not known here (it was measured as that run's block says), and the load average now is "
+                    f"{load_after}.")
     verdicts = []
     for result in results:
         predictions = predict_scenario(result, calibration.costs)
@@ -248,7 +256,7 @@ def main(argv: list[str]) -> int:
     os.chdir(ROOT)
     blocks = {"simulate-speed": speed_block(), **{f"simulate-{k}": v for k, v in example_blocks().items()}}
     if args.kept:
-        blocks["simulate-validation"] = validation_block(Path(args.kept), 1, kept=True)
+        blocks["simulate-validation"] = validation_block(Path(args.kept), 0, kept=True)
     elif not args.no_runs:
         with tempfile.TemporaryDirectory(prefix="fasync-simulate-") as scratch:
             blocks["simulate-validation"] = validation_block(Path(args.out or scratch), args.repeat)

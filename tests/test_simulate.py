@@ -99,6 +99,16 @@ def test_sliced_calls_finish_their_slice_at_a_sync(tmp_path):
     assert all(later[0] >= earlier[1] for earlier, later in zip(calls, calls[1:]))
 
 
+def test_the_recompute_anchor_costs_a_forward_pass_for_every_step_after_the_first():
+    # As the trainer does: the first step's anchor is its own forward (the weights have not moved yet), so a
+    # one-step call pays nothing for it, and each later step a third of its forward and backward.
+    costs = Costs(trainer_call=1.0, trainer_step=2.0, trainer_micro_batch=3.0, trainer_token=0.0)
+    one_batch = [[(10, 4)]]  # one micro batch: 4 samples of length 10, micro batch size 4
+    assert costs.optimizer_steps(one_batch, 4, 1) == 2.0 + 3.0
+    assert costs.train_call(one_batch, 4, 1, recompute=True) == costs.train_call(one_batch, 4, 1, recompute=False) == 6.0
+    assert costs.train_call(one_batch * 3, 4, 1, recompute=True) == pytest.approx(1.0 + 3 * 5.0 + 2 * 3.0 / 3)
+
+
 def test_a_weight_sync_costs_its_bytes_over_the_bandwidth(tmp_path):
     # The embedded model's parameters at 4 bytes: a bandwidth that moves them in 1 s makes each sync 0.5 + 1 s,
     # so a sync rollout takes 4 + 2 + 1.5 s.

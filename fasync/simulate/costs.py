@@ -8,8 +8,8 @@ Every cost is linear in what the real code does, so that a run's measured phase 
   is done; vLLM batches continuously, so a row stops counting once it has finished.
 - a train call on the trainer ranks: `call + Σ_steps (step + Σ_micro batches (micro_batch + padded tokens /
   tokens_per_s))` on the busiest rank, where the micro batches are cut as the trainer cuts them (by
-  length, `fasync.train.batching`). The `recompute` anchor adds one forward pass over every micro batch, a
-  third of their forward and backward.
+  length, `fasync.train.batching`). The `recompute` anchor adds one forward pass over the micro batches of
+  every step after a call's first, a third of their forward and backward.
 - a weight sync: `weight_sync + bytes / bandwidth`.
 - while generation and training overlap, both run `overlap_slowdown` times slower (shared cores or
   memory bandwidth; 1 on separate devices).
@@ -79,15 +79,20 @@ class Costs:
 
     def train_call(self, steps: list[list[tuple[int, int]]], micro_batch_size: int, ranks: int,
                    recompute: bool) -> float:
-        """One train call over optimizer steps, each given as (prompt + completion length, samples) runs."""
-        batches, padded = _micro_batches(steps, micro_batch_size, ranks)
-        passes = self.trainer_micro_batch * batches + self.trainer_token * padded
-        return self.trainer_call + self.trainer_step * len(steps) + passes * (1 + (FORWARD_SHARE if recompute else 0))
+        """One train call over optimizer steps, each given as (prompt + completion length, samples) runs. The
+        `recompute` anchor costs a forward pass over the micro batches of every step after the first: the
+        first step's anchor is its own forward, the weights not having moved yet (fasync.train.trainer)."""
+        anchors = FORWARD_SHARE * self._passes(steps[1:], micro_batch_size, ranks) if recompute else 0.0
+        return self.trainer_call + self.optimizer_steps(steps, micro_batch_size, ranks) + anchors
 
     def optimizer_steps(self, steps: list[list[tuple[int, int]]], micro_batch_size: int, ranks: int) -> float:
         """The part of a train call the trainer times as its steps (`train_time_s`)."""
+        return self.trainer_step * len(steps) + self._passes(steps, micro_batch_size, ranks)
+
+    def _passes(self, steps: list[list[tuple[int, int]]], micro_batch_size: int, ranks: int) -> float:
+        """Forward and backward over the steps' micro batches on the busiest rank."""
         batches, padded = _micro_batches(steps, micro_batch_size, ranks)
-        return self.trainer_step * len(steps) + self.trainer_micro_batch * batches + self.trainer_token * padded
+        return self.trainer_micro_batch * batches + self.trainer_token * padded
 
     # -- weight syncs --------------------------------------------------------------------------
 
