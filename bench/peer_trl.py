@@ -303,7 +303,7 @@ def render(results: dict[str, list[dict]], repeats: int, steps: int, target: flo
     for side in sides:
         runs = results[side]
         row = [side, max(r["exit"] for r in runs), f"{sum(r['time_to_target_s'] is not None for r in runs)}/{len(runs)}",
-               median(runs, "steps_to_target")]
+               spread([r["steps_to_target"] for r in runs], 0)]
         for key, digits in (("step_ms", 0), ("time_to_target_s", 1), ("first_step_s", 1), ("peak_pss_gib", 2)):
             ours, theirs = median(runs, key), median(trl, key)
             row += [spread([r[key] for r in runs], digits),
