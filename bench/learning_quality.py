@@ -236,7 +236,9 @@ def plot_curves(cells: dict[tuple, list[Run]], out: Path, path: Path) -> bool:
             smooth = [statistics.mean(mean[max(0, i - 4):i + 1]) for i in range(len(mean))]
             axis.plot(range(1, len(smooth) + 1), smooth, label=f"{correction} ({len(curves)} seeds)", color=f"C{color}")
         axis.axhline(TASKS[task].target, color="grey", linestyle=":", linewidth=1)
-        axis.set(title=f"{task}, η = {eta}", xlabel="drain (optimizer step)", ylabel="reward (5-drain mean)")
+        # A seed that reached the target stopped there: later drains average the seeds still running.
+        axis.set(title=f"{task}, η = {eta}", xlabel="drain (optimizer step)",
+                 ylabel="reward (5-drain mean over\nthe seeds still running)")
         axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=90)
