@@ -1,0 +1,95 @@
+"""Which path a weight sync takes in the driver (`fasync.drivers.common.Run`), by placement: the `cpu` path
+hands the trainer's state dict to every engine's `load_weights`; the `ipc` and `nccl` transports (vLLM on
+GPUs) make every trainer rank send, rank 0 reporting what each engine serves. The real `Run` methods, with
+recording stand-ins for the actors (no Ray, no vLLM, no GPU); the same check of the served version on both."""
+
+import pytest
+
+from fasync.config.schema import FasyncConfig
+from fasync.drivers.common import Run
+from fasync.launch.faults import WeightSyncMismatch
+from fasync.rollout.weight_transfer import transport_of
+from fasync.staleness import VersionClock
+
+GPU = {"num_gpus": 4, "num_rollout_engines": 2, "gpus_per_engine": 1, "trainer_ranks": 2, "gpus_per_trainer_rank": 1}
+
+
+class Recorder:
+    """The engines' and the trainer group's calls, recorded; what they return is what `Watchdog.get` yields."""
+
+    def __init__(self, engines: int, ranks: int, serve_offset: int = 0):
+        self.calls: list[tuple] = []
+        self.serve_offset = serve_offset
+        self.engines = [self._engine(index) for index in range(engines)]
+        self.ranks = list(range(ranks))
+
+    def _engine(self, index):
+        recorder = self
+
+        class Load:
+            def remote(self, weights, version):
+                recorder.calls.append(("load_weights", index, weights, version))
+                return ("served", version + recorder.serve_offset, "sum")
+
+        return type("Engine", (), {"load_weights": Load()})()
+
+    # -- the trainer group ------------------------------------------------------------------------------------
+
+    def state_dict_ref(self):
+        return "state dict"
+
+    def sent_checksum_ref(self):
+        return ("checksum",)
+
+    def send_weights(self, version):
+        self.calls.append(("send_weights", version))
+        return [("rank 0", version)] + [("rank", rank) for rank in self.ranks[1:]]
+
+    # -- the watchdog -----------------------------------------------------------------------------------------
+
+    def get(self, refs, labels):
+        assert len(refs) == len(labels)
+        return [self._value(ref) for ref in refs]
+
+    def _value(self, ref):
+        if ref == ("checksum",):
+            return "sum"
+        if ref[0] == "served":
+            return ref[1], ref[2]
+        if ref[0] == "rank 0":
+            return [(ref[1] + self.serve_offset, None) for _ in self.engines]
+        return None
+
+
+def run_for(resources: dict, serve_offset: int = 0) -> tuple[Run, Recorder]:
+    cfg = FasyncConfig.model_validate({"model": {"path": "/nonexistent"}, "rollout": {"engine": "vllm"},
+                                       "resources": resources})
+    recorder = Recorder(cfg.resources.num_rollout_engines, cfg.resources.trainer_ranks, serve_offset)
+    run = Run.__new__(Run)  # the driver's state without its actors
+    run.cfg, run.transport, run.version, run.step, run.clock = cfg, transport_of(cfg), 0, 0, VersionClock()
+    run.engines, run.trainer, run.watchdog = recorder.engines, recorder, recorder
+    run._sent, run._unverified = {}, []
+    return run, recorder
+
+
+def test_cpu_engines_load_the_trainers_state_dict():
+    run, recorder = run_for({"num_rollout_engines": 2})
+    run.publish_weights()
+    assert run.version == 1
+    assert recorder.calls == [("load_weights", 0, "state dict", 1), ("load_weights", 1, "state dict", 1)]
+
+
+@pytest.mark.parametrize("colocate", [True, False], ids=["ipc", "nccl"])
+def test_gpu_engines_get_the_weights_from_every_trainer_rank(colocate):
+    run, recorder = run_for({**GPU, "colocate": colocate})
+    assert run.transport == ("ipc" if colocate else "nccl")
+    run.publish_weights()
+    run.publish_weights()
+    assert recorder.calls == [("send_weights", 1), ("send_weights", 2)]  # no state dict crosses the host
+
+
+@pytest.mark.parametrize("resources", [{"num_rollout_engines": 2}, GPU], ids=["cpu", "nccl"])
+def test_an_engine_serving_another_version_fails_the_sync(resources):
+    run, _ = run_for(resources, serve_offset=-1)
+    with pytest.raises(WeightSyncMismatch, match="engine 0 serves version 0 .* trainer sent version 1"):
+        run.publish_weights()
