@@ -200,3 +200,67 @@ def test_the_client_passes_ipcs_init_unchanged():
     log = []
     EngineClient([_Engine(log, 0)], wait=_served).init_weight_transfer_engine({"packed": True})
     assert log == [(0, "init_weight_transfer_engine", ({"packed": True},))]
+
+
+# -- on a CUDA device (skipped without one): what the `ipc` and `nccl` transports read, from the GPU -----------
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _gpu_model(layers: int = 8, width: int = 1024) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)]).cuda()
+
+
+@gpu
+@pytest.mark.gpu
+def test_a_sync_holds_at_most_two_buckets_beside_the_model_on_the_gpu():
+    model = _gpu_model()
+    bucket_bytes = 4 << 20  # two bf16 weights of 1024 × 1024
+    full_copy = sum(p.numel() * 2 for p in model.parameters())  # 16 MiB in bf16
+    source = BucketSource.of_model(model, torch.bfloat16, bucket_bytes)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    baseline = torch.cuda.memory_allocated()
+    sent = sum(1 for _ in source)  # what a sender holds: the buckets in flight, nothing of its own
+    held = torch.cuda.max_memory_allocated() - baseline
+    assert sent == len(source.metadata())
+    for (name, tensor), (_, dtype, shape) in zip(source, source.metadata()):
+        assert tensor.is_cuda and tensor.dtype == dtype and tuple(tensor.shape) == shape
+        assert torch.equal(tensor, model.state_dict()[name].to(torch.bfloat16))
+    assert held <= 2 * bucket_bytes < full_copy, (held, full_copy)
+
+
+def _rebuild_and_sum(handles, device_index, results):
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    torch.cuda.set_device(device_index)
+    sums = []
+    for args in handles:
+        args = list(args)
+        args[6] = device_index  # as vLLM's IPC engine does: the receiver's own index of the device
+        sums.append(float(rebuild_cuda_tensor(*args).float().sum()))
+    results.put(sums)
+
+
+@gpu
+@pytest.mark.gpu
+def test_a_buckets_tensors_reach_another_process_through_cuda_ipc():
+    """The mechanism of vLLM's `ipc` transport (`reduce_tensor` in the trainer, `rebuild_cuda_tensor` in the
+    engine worker, on the same GPU), applied to a bucket as `weight_buckets` yields it."""
+    import torch.multiprocessing as mp
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    from fasync.train.weights import weight_buckets
+
+    bucket = next(weight_buckets(_gpu_model(layers=2, width=256), torch.bfloat16, 1 << 30))
+    tensors = [tensor.contiguous() for _, tensor in bucket]
+    handles = [reduce_tensor(tensor)[1] for tensor in tensors]
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    child = context.Process(target=_rebuild_and_sum, args=(handles, torch.cuda.current_device(), results))
+    child.start()
+    sums = results.get(timeout=120)
+    child.join(30)
+    assert child.exitcode == 0
+    assert sums == [float(tensor.float().sum()) for tensor in tensors]
