@@ -74,6 +74,28 @@ def test_the_bucketed_source_yields_what_its_metadata_declares(model_dir, policy
         torch.testing.assert_close(tensor, original.to(torch.bfloat16))
 
 
+def test_no_bucket_sent_is_alive_while_the_next_is_gathered(monkeypatch):
+    import weakref
+
+    import fasync.train.weights as weights
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(16, 16, bias=False) for _ in range(6)])
+    sent = []  # weak references to every tensor the source has yielded
+    alive_at_gather = []
+    gather = weights.full_value
+
+    def counting_gather(value):
+        alive_at_gather.append(sum(ref() is not None for ref in sent))
+        return gather(value)
+
+    monkeypatch.setattr(weights, "full_value", counting_gather)
+    source = BucketSource.of_model(model, torch.bfloat16, bucket_bytes=2 * 16 * 16 * 2)  # two tensors a bucket
+    for _, tensor in source:
+        sent.append(weakref.ref(tensor))
+        del tensor  # a sender that has sent it keeps nothing
+    assert len(sent) == 6 and alive_at_gather == [0] * 6
+
+
 def test_buckets_hold_at_most_their_size_unless_one_tensor_is_larger(policy):
     from fasync.train.weights import weight_buckets
 
@@ -214,7 +236,7 @@ def _gpu_model(layers: int = 8, width: int = 1024) -> torch.nn.Module:
 
 @gpu
 @pytest.mark.gpu
-def test_a_sync_holds_at_most_two_buckets_beside_the_model_on_the_gpu():
+def test_a_sync_holds_at_most_a_bucket_and_a_tensor_beside_the_model_on_the_gpu():
     model = _gpu_model()
     bucket_bytes = 4 << 20  # two bf16 weights of 1024 × 1024
     full_copy = sum(p.numel() * 2 for p in model.parameters())  # 16 MiB in bf16
@@ -228,7 +250,8 @@ def test_a_sync_holds_at_most_two_buckets_beside_the_model_on_the_gpu():
     for (name, tensor), (_, dtype, shape) in zip(source, source.metadata()):
         assert tensor.is_cuda and tensor.dtype == dtype and tuple(tensor.shape) == shape
         assert torch.equal(tensor, model.state_dict()[name].to(torch.bfloat16))
-    assert held <= 2 * bucket_bytes < full_copy, (held, full_copy)
+    # A bucket, and the tensor that did not fit in it (gathered before the bucket is sent).
+    assert held <= bucket_bytes + 2 * 1024 * 1024 < full_copy, (held, full_copy)
 
 
 def _rebuild_and_sum(handles, device_index, results):

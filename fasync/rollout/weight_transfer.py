@@ -175,6 +175,8 @@ class BucketSource:
     def __iter__(self) -> Iterator[tuple[str, object]]:
         for bucket in self._buckets():
             yield from hf_names(bucket)
+            # Dropped before the next bucket is gathered: held across it, a sync would hold two buckets.
+            del bucket
 
 
 def vllm_source(source: BucketSource):
