@@ -244,7 +244,10 @@ def test_a_sync_holds_at_most_a_bucket_and_a_tensor_beside_the_model_on_the_gpu(
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     baseline = torch.cuda.memory_allocated()
-    sent = sum(1 for _ in source)  # what a sender holds: the buckets in flight, nothing of its own
+    sent = 0
+    for item in source:
+        sent += 1
+        del item  # a sender that has sent a tensor keeps nothing of it
     held = torch.cuda.max_memory_allocated() - baseline
     assert sent == len(source.metadata())
     for (name, tensor), (_, dtype, shape) in zip(source, source.metadata()):
