@@ -1,14 +1,15 @@
-"""Which path a weight sync takes in the driver (`fasync.drivers.common.Run`), by placement: the `cpu` path
-hands the trainer's state dict to every engine's `load_weights`; the `ipc` and `nccl` transports (vLLM on
-GPUs) make every trainer rank send, rank 0 reporting what each engine serves. The real `Run` methods, with
-recording stand-ins for the actors (no Ray, no vLLM, no GPU); the same check of the served version on both."""
+"""Which path a weight sync takes in the drivers (`fasync.drivers.common.Run`, fully_async's `sync`), by
+placement: the `cpu` path hands the trainer's state dict to every engine's `load_weights`; the `ipc` and `nccl`
+transports (vLLM on GPUs) make every trainer rank send, rank 0 reporting what each engine serves. The real
+driver methods and engine actor class, with recording stand-ins for the actors they call (no Ray, no vLLM, no
+GPU); the same check of the served version on both."""
 
 import pytest
 
 from fasync.config.schema import FasyncConfig
 from fasync.drivers.common import Run
 from fasync.launch.faults import WeightSyncMismatch
-from fasync.rollout.weight_transfer import transport_of
+from fasync.rollout.weight_transfer import SentWeights, transport_of
 from fasync.staleness import VersionClock
 
 GPU = {"num_gpus": 4, "num_rollout_engines": 2, "gpus_per_engine": 1, "trainer_ranks": 2, "gpus_per_trainer_rank": 1}
@@ -57,7 +58,7 @@ class Recorder:
         if ref[0] == "served":
             return ref[1], ref[2]
         if ref[0] == "rank 0":
-            return [(ref[1] + self.serve_offset, None) for _ in self.engines]
+            return SentWeights(ref[1], [(ref[1] + self.serve_offset, None) for _ in self.engines])
         return None
 
 
@@ -93,3 +94,50 @@ def test_an_engine_serving_another_version_fails_the_sync(resources):
     run, _ = run_for(resources, serve_offset=-1)
     with pytest.raises(WeightSyncMismatch, match="engine 0 serves version 0 .* trainer sent version 1"):
         run.publish_weights()
+
+
+class Rollouter:
+    def __init__(self):
+        self.calls = []
+
+    @property
+    def update_weights(self):
+        rollouter = self
+
+        class Call:
+            def remote(self, weights, version):
+                rollouter.calls.append((weights, version))
+                return ("rollouter sync", version)
+
+        return Call()
+
+
+@pytest.mark.parametrize(("resources", "handed"), [({"num_rollout_engines": 2}, "state dict"),
+                                                   (GPU, ("rank 0", 1))], ids=["cpu", "nccl"])
+def test_fully_asyncs_rollouter_hands_the_engines_what_the_transport_sent(resources, handed):
+    from fasync.drivers.fully_async import FullyAsyncDriver
+
+    run, recorder = run_for(resources)
+    driver = FullyAsyncDriver.__new__(FullyAsyncDriver)
+    driver.run, driver.rollouter, driver.pending_sync = run, Rollouter(), None
+    driver.sync()
+    assert driver.rollouter.calls == [([handed], 1)]
+    # The engines load nothing themselves on the GPU transports: the trainer ranks have sent it.
+    assert [call[0] for call in recorder.calls] == (["send_weights"] if run.transport != "cpu" else [])
+
+
+def test_an_engine_handed_sent_weights_only_reports_what_it_serves():
+    from fasync.launch.actors import EngineActor
+
+    class Served:
+        def served_weights(self):
+            return 3, None
+
+        def load_weights(self, state_dict, version):
+            raise AssertionError("the weights already arrived through the transfer")
+
+    actor = EngineActor.__ray_actor_class__.__new__(EngineActor.__ray_actor_class__)
+    actor.engine = Served()
+    assert actor.load_weights(SentWeights(3, [(3, None)]), 3) == (3, None)
+    with pytest.raises(RuntimeError, match="asked to serve version 4, but the trainer sent version 3"):
+        actor.load_weights(SentWeights(3, [(3, None)]), 4)

@@ -236,7 +236,7 @@ class Run:
     def _served(self, version: int, pushes: list) -> list[tuple[int, str | None]]:
         """What every engine serves once the `push` of `version` is done."""
         results = self.watchdog.get(pushes, self._load_labels(version))
-        return results if self.transport == "cpu" else results[0]  # rank 0 reports for every engine
+        return results if self.transport == "cpu" else results[0].served  # rank 0 reports for every engine
 
     def verify_loads(self, version: int, served: list[tuple[int, str]]) -> None:
         """Every engine must serve `version` with the weights the trainer sent as it (a checksum of a few

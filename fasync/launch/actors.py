@@ -16,6 +16,7 @@ from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import arrays_to_weights, pack, unpack, weights_to_arrays
 from fasync.rollout.engine import probed_names, weights_checksum
 from fasync.rollout.rollouter import Rollouter
+from fasync.rollout.weight_transfer import SentWeights
 
 
 def _limit_threads(threads: int) -> None:
@@ -44,9 +45,16 @@ class EngineActor:
         """`pack`ed requests in, `pack`ed generations out."""
         return pack(self.engine.generate(unpack(requests), params, token_budget))
 
-    def load_weights(self, weights: dict, version: int) -> tuple[int, str]:
+    def load_weights(self, weights, version: int) -> tuple[int, str]:
         """`weights` as `TrainerActor.rollout_weights` returns them; returns what the engine serves after the
-        load (`RolloutEngine.served_weights`), which the driver checks against the trainer's checksum."""
+        load (`RolloutEngine.served_weights`), which the driver checks against the trainer's checksum.
+
+        On the `ipc` and `nccl` transports the trainer ranks have already sent `version` through vLLM's
+        weight transfer, and `weights` is rank 0's `SentWeights`: there is nothing left to load."""
+        if isinstance(weights, SentWeights):
+            if weights.version != version:
+                raise RuntimeError(f"asked to serve version {version}, but the trainer sent version {weights.version}")
+            return self.engine.served_weights()
         self.engine.load_weights(arrays_to_weights(weights), version)
         return self.engine.served_weights()
 
@@ -157,10 +165,10 @@ class TrainerActor:
         self.sender = TrainerSender(transport, source, EngineClient(engines, rank_offsets), self.rank,
                                     DEFAULT_BUCKET_BYTES, address, port, world_size)
 
-    def send_weights(self, version: int) -> list | None:
+    def send_weights(self, version: int) -> SentWeights | None:
         """Send the weights as `version` (every rank takes part); rank 0 returns what each engine serves after it."""
-        served = self.sender.send(version)
-        return served if self.rank == 0 else None
+        sent = self.sender.send(version)
+        return sent if self.rank == 0 else None
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         from fasync.checkpoint.state import save_trainer

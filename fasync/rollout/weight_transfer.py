@@ -23,6 +23,7 @@ Every transport loads the same thing: the trainer's rollout weights under their 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 from fasync.errors import ConfigurationError
@@ -74,6 +75,16 @@ def nccl_ranks(workers_per_engine: list[int]) -> tuple[int, list[int]]:
         offsets.append(rank)
         rank += workers
     return rank, offsets
+
+
+@dataclass(frozen=True)
+class SentWeights:
+    """What trainer rank 0's send of `version` returns (`ipc`, `nccl`): the engines already serve it, and
+    `served` is what each one reported. fully_async's rollouter hands it to every engine's `load_weights` in
+    place of a state dict, which then only reports what the engine serves."""
+
+    version: int
+    served: list
 
 
 class EngineClient:
@@ -222,9 +233,9 @@ class TrainerSender:
             raise ValueError(f"the {transport} transport has no trainer-side sender")
         self.engine = WeightTransferTrainerFactory.trainer_init(init, client=client, source=vllm_source(source))
 
-    def send(self, version: int) -> list:
-        """Send the weights as `version`; on rank 0 returns what every engine serves after it."""
+    def send(self, version: int) -> SentWeights:
+        """Send the weights as `version`; on rank 0 the result says what every engine serves after it."""
         self.client.version = version
         self.client.served = []
         self.engine.send_weights()
-        return self.client.served
+        return SentWeights(version, self.client.served)
