@@ -5,6 +5,7 @@ payload as vLLM's worker parses it, and the bucketed source as vLLM's trainer en
 themselves (CUDA IPC, NCCL) need GPUs: tests/test_vllm_gpu.py and docs/gpu.md."""
 
 import inspect
+import os
 import threading
 from dataclasses import asdict
 
@@ -151,3 +152,33 @@ def test_vllms_trainer_engine_reads_the_bucketed_source_in_metadata_order():
                            master_address="10.0.0.1", master_port=29600, world_size=3)
     assert not sender.engine.is_sender and sender.send(1) == []
     assert asdict(sender.engine.source.metadata()[0])["name"] == "0.weight"
+
+
+@pytest.mark.parametrize(("resources", "expected"), [
+    ({"num_gpus": 4, "num_rollout_engines": 1, "gpus_per_engine": 2, "trainer_ranks": 2, "gpus_per_trainer_rank": 1},
+     {"tensor_parallel_size": 2, "distributed_executor_backend": "ray", "enable_sleep_mode": False,
+      "backend": "nccl"}),
+    ({"num_gpus": 2, "num_rollout_engines": 2, "gpus_per_engine": 1, "trainer_ranks": 2, "gpus_per_trainer_rank": 1,
+      "colocate": True},
+     {"tensor_parallel_size": 1, "enable_sleep_mode": True, "backend": "ipc"}),
+], ids=["tp2-nccl", "colocated-ipc"])
+def test_a_gpu_placement_becomes_vllms_engine_arguments(monkeypatch, tmp_path, resources, expected):
+    import vllm
+    from vllm.config import WeightTransferConfig
+    from vllm.platforms import current_platform
+
+    from fasync.config.schema import FasyncConfig
+    from fasync.rollout.vllm_engine import VLLMEngine
+
+    built = {}
+    monkeypatch.setattr(vllm, "LLM", lambda **kwargs: built.update(kwargs))
+    monkeypatch.setattr(current_platform, "is_cuda_alike", lambda: True)
+    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "0")
+    cfg = FasyncConfig.model_validate({"model": {"path": str(tmp_path)}, "rollout": {"engine": "vllm"},
+                                       "resources": resources})
+    VLLMEngine(cfg)
+    transfer = built.pop("weight_transfer_config")
+    assert isinstance(transfer, WeightTransferConfig) and transfer.backend == expected.pop("backend")
+    assert {key: built.get(key) for key in expected} == expected
+    # The IPC handles cross into vLLM's engine core pickled: allowed where, and only where, they are sent.
+    assert os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] == ("1" if transfer.backend == "ipc" else "0")

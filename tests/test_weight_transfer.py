@@ -168,11 +168,12 @@ def test_a_tensor_parallel_engines_workers_hold_its_gpus():
                                gpus_per_trainer_rank=1))
     options = plan.engine_options(1)
     assert options["num_gpus"] == 0.0  # the actor leaves bundle 2's GPU to the worker placed there
-    assert options["slot"].worker_environment() == {"VLLM_RAY_BUNDLE_INDICES": "2,3", "VLLM_RAY_PER_WORKER_GPUS": "1"}
+    assert options["slot"].worker_environment() == {"VLLM_RAY_BUNDLE_INDICES": "2,3", "VLLM_RAY_PER_WORKER_GPUS": "1",
+                                                    "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     colocated = plan_resources(_cfg(num_gpus=4, num_rollout_engines=2, gpus_per_engine=2, trainer_ranks=4,
                                     gpus_per_trainer_rank=1, colocate=True))
-    assert colocated.engine_options(0)["slot"].worker_environment() == {
-        "VLLM_RAY_BUNDLE_INDICES": "0,1", "VLLM_RAY_PER_WORKER_GPUS": "0.5"}  # beside the trainer rank's half
+    assert colocated.engine_options(0)["slot"].worker_environment() == {  # beside the trainer rank's half
+        "VLLM_RAY_BUNDLE_INDICES": "0,1", "VLLM_RAY_PER_WORKER_GPUS": "0.5", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     single = plan_resources(_cfg(num_gpus=2, gpus_per_engine=1, gpus_per_trainer_rank=1))
     assert single.engine_options(0)["num_gpus"] == 1.0 and single.engine_options(0)["slot"].worker_environment() == {}
 

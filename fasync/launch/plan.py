@@ -52,11 +52,13 @@ class Slot:
 
     def worker_environment(self) -> dict[str, str]:
         """What vLLM's Ray executor reads to place a tensor-parallel engine's workers on exactly this slot's
-        bundles, each with `worker_gpus` of its GPU (nothing for an engine of one GPU, which runs in its actor)."""
+        bundles, each with `worker_gpus` of its GPU (nothing for an engine of one GPU, which runs in its actor).
+        The engine core stays in the actor's process: only there is the actor's placement group Ray's current
+        one (a process of vLLM's own would reserve a group of its own, which the plan's groups leave no GPU for)."""
         if len(self.bundles) < 2:
             return {}
         return {"VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, self.bundles)),
-                "VLLM_RAY_PER_WORKER_GPUS": f"{self.worker_gpus:g}"}
+                "VLLM_RAY_PER_WORKER_GPUS": f"{self.worker_gpus:g}", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 @dataclass(frozen=True)

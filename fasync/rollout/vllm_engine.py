@@ -83,6 +83,9 @@ class VLLMEngine(RolloutEngine):
                            weight_transfer_config=WeightTransferConfig(backend=self.transport),
                            tensor_parallel_size=res.gpus_per_engine,
                            enable_sleep_mode=res.colocate)
+            if res.gpus_per_engine > 1:
+                # Its workers are Ray actors on the engine's bundles (`fasync.launch.plan.Slot.worker_environment`).
+                options.update(distributed_executor_backend="ray")
         self.llm = LLM(
             model=cfg.model.path,
             dtype=cfg.model.dtype,
