@@ -47,20 +47,27 @@ def transport_of(cfg) -> Transport:
     return transport_for(cfg.resources.gpus_per_engine, cfg.resources.colocate)
 
 
-def check_transport(cfg) -> None:
-    """Raise a ConfigurationError for a placement whose transport cannot reach every engine worker: CUDA IPC
-    hands each worker the tensor of the trainer rank on its own GPU, so every engine GPU needs one."""
+def ipc_shortfall(cfg) -> tuple[int, int] | None:
+    """(engine GPUs, trainer GPUs) when the `ipc` transport cannot reach every engine worker: CUDA IPC hands
+    each worker the tensors of the trainer rank on its own GPU, so every engine GPU needs one (lint rule R007,
+    and `check_transport` when a run starts); None when it can, or the run takes another transport."""
     res = cfg.resources
-    if transport_of(cfg) != "ipc":
-        return
     engine_gpus = res.num_rollout_engines * res.gpus_per_engine
     trainer_gpus = res.trainer_ranks * res.gpus_per_trainer_rank
-    if engine_gpus > trainer_gpus:
+    if transport_of(cfg) == "ipc" and engine_gpus > trainer_gpus:
+        return engine_gpus, trainer_gpus
+    return None
+
+
+def check_transport(cfg) -> None:
+    """Raise a ConfigurationError for a placement whose transport cannot reach every engine worker."""
+    shortfall = ipc_shortfall(cfg)
+    if shortfall is not None:
         raise ConfigurationError(
             f"resources: colocated vLLM engines take their weights over CUDA IPC from the trainer rank on the same "
-            f"GPU, but the engines use {engine_gpus} GPUs (num_rollout_engines × gpus_per_engine) and the trainer "
-            f"ranks only {trainer_gpus}: raise resources.trainer_ranks to {engine_gpus}, or set "
-            "resources.colocate: false")
+            f"GPU, but the engines use {shortfall[0]} GPUs (num_rollout_engines × gpus_per_engine) and the trainer "
+            f"ranks only {shortfall[1]}: raise resources.trainer_ranks to {shortfall[0]}, or set "
+            "resources.colocate: false (`fasync check` reports this as R007)")
 
 
 def nccl_ranks(workers_per_engine: list[int]) -> tuple[int, list[int]]:
