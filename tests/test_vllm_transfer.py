@@ -14,7 +14,14 @@ import torch
 
 from fasync.rollout.engine import Continuation, RolloutEngine
 from fasync.rollout.types import Generation, SamplingParams
-from fasync.rollout.weight_transfer import BucketSource, EngineClient, TrainerSender, nccl_ranks, vllm_source
+from fasync.rollout.weight_transfer import (
+    BucketSource,
+    EngineClient,
+    SentWeights,
+    TrainerSender,
+    nccl_ranks,
+    vllm_source,
+)
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
@@ -150,7 +157,7 @@ def test_vllms_trainer_engine_reads_the_bucketed_source_in_metadata_order():
     # group) and takes part in the gathers at each send.
     sender = TrainerSender("nccl", source, EngineClient([], wait=list), rank=1, bucket_bytes=64,
                            master_address="10.0.0.1", master_port=29600, world_size=3)
-    assert not sender.engine.is_sender and sender.send(1) == []
+    assert not sender.engine.is_sender and sender.send(1) == SentWeights(1, [])
     assert asdict(sender.engine.source.metadata()[0])["name"] == "0.weight"
 
 
