@@ -224,3 +224,73 @@ def test_a_dead_rollouter_fails_the_run_quickly(ray_session, tmp_path):
     run.close()
     assert time.monotonic() - began < 30
     assert "actor" in str(failure.value).lower() or "rollouter" in str(failure.value).lower()
+
+
+def recording_engines(cfg: FasyncConfig, log):
+    """Real engine actors that append each generate call, weight load, sleep and wake-up to `log`, waiting
+    until it is appended, so that the log holds them in the order they happened."""
+    import ray
+
+    from fasync.launch.actors import EngineActor
+
+    @ray.remote(concurrency_groups={"control": 2})
+    class RecordingEngine(EngineActor.__ray_actor_class__):
+        def __init__(self, cfg, log):
+            super().__init__(cfg)
+            self.log = log
+
+        def generate(self, requests, params, token_budget=None):
+            ray.get(self.log.append.remote("generate"))
+            return super().generate(requests, params, token_budget)
+
+        def load_weights(self, weights, version):
+            ray.get(self.log.append.remote(f"load {version}"))
+            return super().load_weights(weights, version)
+
+        def sleep(self):
+            ray.get(self.log.append.remote("sleep"))
+            super().sleep()
+
+        def wake_up(self, tags=None):
+            ray.get(self.log.append.remote(f"wake {' '.join(tags)}"))
+            super().wake_up(tags)
+
+    return [RecordingEngine.options(num_cpus=0).remote(cfg, log) for _ in range(cfg.resources.num_rollout_engines)]
+
+
+@pytest.mark.parametrize(("mode", "colocate"), [("sync", True), ("sync", False), ("async", True)])
+def test_colocated_sync_engines_sleep_while_the_trainer_trains(ray_session, tmp_path, monkeypatch, mode, colocate):
+    import ray
+
+    from fasync.launch import actors
+
+    @ray.remote(num_cpus=0)
+    class Log:
+        def __init__(self):
+            self.entries = []
+
+        def append(self, entry):
+            self.entries.append(entry)
+
+        def read(self):
+            return self.entries
+
+    log = Log.remote()
+
+    class LoggingTrainer(actors.TrainerActor.__ray_actor_class__):
+        def train_rollout(self, samples, current_version):
+            ray.get(log.append.remote("train"))
+            return super().train_rollout(samples, current_version)
+
+    monkeypatch.setattr(actors, "TrainerActor", ray.remote(LoggingTrainer))
+    cfg = tiny_config(mode=mode, resources={"colocate": colocate}, train={"num_rollouts": 2})
+    run_mode(cfg, tmp_path, recording_engines(cfg, log))
+    entries = ray.get(log.read.remote())
+    if mode == "sync" and colocate:
+        # Training gets the engine's memory; the push lands in woken weights; generation gets its KV cache back.
+        rollout = ["generate", "sleep", "train", "wake weights", "load {}", "wake kv_cache"]
+        assert entries == ["load 0"] + [entry.format(v) for v in (1, 2) for entry in rollout]
+    else:
+        # Engines of their own, or an async run that generates while it trains: awake throughout.
+        assert [entry for entry in entries if entry.startswith(("sleep", "wake"))] == []
+        assert entries.count("train") == 2 and entries[0] == "load 0"

@@ -1,6 +1,7 @@
 """Placement groups on a two-node Ray cluster with four fake GPUs each (ray.cluster_utils): colocated and
-disaggregated, with engines of tensor-parallel size 2; which bundle (node, GPU) each actor gets, and the
-trainer rendezvous on rank 0's node IP. The cluster runs in a subprocess of its own, apart from the
+disaggregated, with engines of tensor-parallel size 2; which bundle (node, GPU) each actor gets, where the
+engines' vLLM workers land when placed as vLLM's Ray executor places them from the environment the plan
+gives the engine (`Slot.worker_environment`), and the trainer rendezvous on rank 0's node IP. The cluster runs in a subprocess of its own, apart from the
 test session's shared local cluster."""
 
 import json
@@ -34,6 +35,7 @@ def _probe() -> dict:
     for _ in range(2):
         cluster.add_node(num_cpus=10, num_gpus=4)
     ray.init(address=cluster.address, logging_level="ERROR")
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     @ray.remote(num_cpus=0)
     class Probe:
@@ -53,6 +55,15 @@ def _probe() -> dict:
                 opts = placement.options(options(index))
                 opts["num_cpus"] = 0
                 actors[f"{role} {index}"] = Probe.options(**opts).remote()
+        for index, slot in enumerate(plan.engine_slots):
+            # As vLLM's Ray executor does: one worker per bundle VLLM_RAY_BUNDLE_INDICES names, each taking
+            # VLLM_RAY_PER_WORKER_GPUS of it.
+            env = slot.worker_environment()
+            for worker, bundle in enumerate(map(int, env["VLLM_RAY_BUNDLE_INDICES"].split(","))):
+                actors[f"engine {index} worker {worker}"] = Probe.options(
+                    num_cpus=0, num_gpus=float(env["VLLM_RAY_PER_WORKER_GPUS"]),
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement.groups[slot.group], placement_group_bundle_index=bundle)).remote()
         where = {key: ray.get(actor.where.remote()) for key, actor in actors.items()}
         rank0 = TrainerActor.options(**{**placement.options(plan.trainer_options(0)), "num_cpus": 0,
                                         "num_gpus": 0}).remote(cfg, 0, 2)
@@ -93,10 +104,12 @@ def test_colocated_rank_and_engine_share_one_gpu_per_bundle(report):
     assert layout["slots"]["trainer 3"] == ["shared", [3]]
     assert layout["slots"]["engine 1"] == ["shared", [2, 3]]  # TP 2: bundles 2 and 3
     for engine in range(4):
-        # The engine's actor sits on its first bundle, with the trainer rank of that bundle, on one GPU.
-        rank = 2 * engine
-        assert layout["where"][f"engine {engine}"]["gpus"] == layout["where"][f"trainer {rank}"]["gpus"]
-        assert layout["where"][f"engine {engine}"]["node"] == layout["where"][f"trainer {rank}"]["node"]
+        # The engine's actor holds no GPU (its workers do) and sits on its first bundle's node; worker k of
+        # engine e shares its GPU with the trainer rank of bundle 2e + k, which CUDA IPC needs.
+        assert layout["where"][f"engine {engine}"]["gpus"] == []
+        for worker in range(2):
+            rank = 2 * engine + worker
+            assert layout["where"][f"engine {engine} worker {worker}"] == layout["where"][f"trainer {rank}"]
     gpus = {(w["node"], tuple(w["gpus"])) for key, w in layout["where"].items() if key.startswith("trainer")}
     assert len(gpus) == 8  # eight ranks on eight different GPUs of the two nodes
     assert len({node for node, _ in gpus}) == 2
@@ -105,9 +118,11 @@ def test_colocated_rank_and_engine_share_one_gpu_per_bundle(report):
 def test_disaggregated_engines_and_trainers_take_separate_gpus(report):
     layout = report["disaggregated"]
     assert layout["slots"]["engine 1"] == ["engines", [2, 3]]
-    held = [(w["node"], tuple(w["gpus"])) for w in layout["where"].values()]
-    assert len(held) == len(set(held)) == 6  # 4 ranks + 2 engine actors, no GPU shared
-    assert "engine 1: engines bundles 2, 3 (node 0 GPU 2, node 0 GPU 3)" in layout["describe"]
+    held = [(w["node"], tuple(w["gpus"])) for w in layout["where"].values() if w["gpus"]]
+    assert len(held) == len(set(held)) == 8  # 4 ranks + 2 engines × 2 workers, no GPU shared
+    assert [layout["where"][f"engine {e}"]["gpus"] for e in range(2)] == [[], []]
+    assert ("engine 1: engines bundles 2, 3 (node 0 GPU 2, node 0 GPU 3), 1 GPU for each of its 2 vLLM workers"
+            in layout["describe"])
     assert "trainer rank 0: trainers bundle 0 (node 1 GPU 0)" in layout["describe"]
 
 

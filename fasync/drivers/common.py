@@ -25,6 +25,7 @@ from fasync.metrics.signal import LearningSignal
 from fasync.metrics.trackers import open_trackers
 from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
+from fasync.rollout.weight_transfer import check_transport, transport_of
 from fasync.staleness import VersionClock
 
 """`Run.stop_reason` of a run that neither stopped early nor failed."""
@@ -135,7 +136,12 @@ class Run:
     Checkpoints are taken between rollouts (drains), where every count, RNG and group is settled: every
     `checkpoint.every` optimizer steps (`write`) and at a stop (`save_checkpoint`). Each driver adds its
     mode's part (`checkpoint_state`) and takes it back from `restored` when the run resumes from `resume`,
-    whose driver.pt (`resume_state`) the caller has read before any actor started."""
+    whose driver.pt (`resume_state`) the caller has read before any actor started.
+
+    Weight syncs take the run's transport (`fasync.rollout.weight_transfer.transport_of`): on the `cpu` path
+    the trainer's state dict goes to every engine's `load_weights`; on `ipc` and `nccl` (vLLM on GPUs) every
+    trainer rank sends, rank 0 driving the engines through vLLM's weight transfer engines, and reports what
+    each engine serves after it. Either way `verify_loads` checks every engine's version."""
 
     def __init__(self, cfg: FasyncConfig, derived: Derived, plan: ResourcePlan, factory: GroupFactory,
                  run_dir: Path, progress: Progress, engines: list | None = None,
@@ -145,6 +151,12 @@ class Run:
         self.plan = plan
         self.run_dir = run_dir
         self.progress = progress
+        check_transport(cfg)
+        self.transport = transport_of(cfg)
+        self.engines_sleep = cfg.resources.colocate and cfg.mode == "sync"
+        """Colocated sync runs hand the engines' GPU memory to training between generation and the next
+        weight push (`sleep_engines`, `wake_engines`). The async modes generate while training, so their
+        engines stay awake."""
         self.writer = MetricsWriter(run_dir, cfg.mode, open_trackers(
             cfg.logging, run_dir, cfg.model_dump(mode="json", by_alias=True)))
         self.journal = JsonlAppender(run_dir / JOURNAL)
@@ -184,6 +196,9 @@ class Run:
         self.last_checkpoint: str | None = None
         if resume is not None:
             self._restore(resume, resume_state)
+        self._setup = [] if self.transport == "cpu" else self.trainer.init_weight_sync(
+            self.transport, self.engines, plan)
+        """The trainer ranks' calls setting up the GPU weight transfer (none on the `cpu` path)."""
         # The trainer's weights (version 0, or the resumed version), pushed without waiting: a driver starts
         # its own actors before `wait_until_ready`, so that they start up alongside the engines and the trainer.
         self._first_push = self.push(self.version)
@@ -191,7 +206,9 @@ class Run:
     def wait_until_ready(self) -> None:
         """Block until the engines and the trainer have started and the engines hold version 0; raises the
         start-up error of an actor that failed. The stall watchdog's clock starts here."""
-        self.verify_loads(self.version, self.watchdog.get(self._first_push, self._load_labels(self.version)))
+        self.watchdog.get(self._setup, [f"trainer rank {rank}'s weight transfer set-up ({self.transport})"
+                                        for rank in range(len(self._setup))])
+        self.verify_loads(self.version, self._served(self.version, self._first_push))
         self.watchdog.arm()
 
     def weights_for(self, version: int):
@@ -202,16 +219,31 @@ class Run:
         return state
 
     def push(self, version: int) -> list:
-        return push_weights(self.engines, self.weights_for(version), version)
+        """Start sending the trainer's weights to every engine as `version`; returns the calls, which
+        `_served` waits on."""
+        if self.transport == "cpu":
+            return push_weights(self.engines, self.weights_for(version), version)
+        # vLLM cannot read its weights back in the trainer's layout: only the version served is checked.
+        self._sent[version] = None
+        return self.trainer.send_weights(version)
 
     def _load_labels(self, version: int) -> list[str]:
-        return [f"engine {index}'s weight load (version {version})" for index in range(len(self.engines))]
+        if self.transport == "cpu":
+            return [f"engine {index}'s weight load (version {version})" for index in range(len(self.engines))]
+        return [f"trainer rank {rank}'s weight send to the engines ({self.transport}, version {version})"
+                for rank in range(len(self.trainer.ranks))]
+
+    def _served(self, version: int, pushes: list) -> list[tuple[int, str | None]]:
+        """What every engine serves once the `push` of `version` is done."""
+        results = self.watchdog.get(pushes, self._load_labels(version))
+        return results if self.transport == "cpu" else results[0].served  # rank 0 reports for every engine
 
     def verify_loads(self, version: int, served: list[tuple[int, str]]) -> None:
         """Every engine must serve `version` with the weights the trainer sent as it (a checksum of a few
         parameter slices, `fasync.rollout.engine.weights_checksum`); an engine that kept old weights, or
         loaded them wrongly, fails the run."""
-        sent = self.watchdog.get([self._sent.pop(version)], ["trainer rank 0's weight checksum"])[0]
+        sent_ref = self._sent.pop(version)
+        sent = None if sent_ref is None else self.watchdog.get([sent_ref], ["trainer rank 0's weight checksum"])[0]
         for index, (served_version, checksum) in enumerate(served):
             # None: a backend that cannot read its weights back (vLLM, whose CPU build repacks the linear
             # layers after loading) is held to the version it serves; its tests compare logprobs instead.
@@ -340,7 +372,20 @@ class Run:
             if not block and len(ray.wait(pushes, num_returns=len(pushes), timeout=0)[0]) < len(pushes):
                 return
             self._unverified.pop(0)
-            self.verify_loads(version, self.watchdog.get(pushes, self._load_labels(version)))
+            self.verify_loads(version, self._served(version, pushes))
+
+    def sleep_engines(self) -> None:
+        """Colocated sync runs: the engines release their GPU memory (weights and KV cache) for training."""
+        if self.engines_sleep:
+            self.watchdog.get([engine.sleep.remote() for engine in self.engines],
+                              [f"engine {index}'s sleep" for index in range(len(self.engines))])
+
+    def wake_engines(self, tags: list[str]) -> None:
+        """Colocated sync runs: the engines take back the memory `tags` name (`weights` before a push,
+        `kv_cache` before generating)."""
+        if self.engines_sleep:
+            self.watchdog.get([engine.wake_up.remote(tags) for engine in self.engines],
+                              [f"engine {index}'s wake-up ({', '.join(tags)})" for index in range(len(self.engines))])
 
     def collect(self) -> RolloutBatch:
         """One rollout of `rollout.batch_size` groups; with dynamic sampling, zero-variance groups are

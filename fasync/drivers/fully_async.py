@@ -93,10 +93,13 @@ class FullyAsyncDriver:
         return RolloutBatch(groups, generate_time_s=0.0, rounds=None), state
 
     def sync(self) -> None:
-        """Start pushing the new version; the trainer goes on with the next drain meanwhile."""
+        """Start pushing the new version; the trainer goes on with the next drain meanwhile (on the `ipc` and
+        `nccl` transports once its ranks have sent it: the engines take it while the rollouter holds
+        generation, and report it through the rollouter as on the `cpu` path)."""
         self.finish_sync()
         version = self.run.next_version()
-        self.pending_sync = (version, self.rollouter.update_weights.remote([self.run.weights_for(version)], version))
+        weights = self.run.weights_for(version) if self.run.transport == "cpu" else self.run.push(version)[0]
+        self.pending_sync = (version, self.rollouter.update_weights.remote([weights], version))
 
     def finish_sync(self) -> None:
         """Wait for the weight sync under way, and check what every engine serves after it."""

@@ -16,6 +16,7 @@ from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import arrays_to_weights, pack, unpack, weights_to_arrays
 from fasync.rollout.engine import probed_names, weights_checksum
 from fasync.rollout.rollouter import Rollouter
+from fasync.rollout.weight_transfer import SentWeights
 
 
 def _limit_threads(threads: int) -> None:
@@ -25,10 +26,15 @@ def _limit_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-# `control` lets abort reach an engine while a generate call runs in the default group.
-@ray.remote(concurrency_groups={"control": 1})
+# `control` lets abort reach an engine while a generate call runs in the default group, and trainer rank 0 drive a
+# GPU weight transfer meanwhile (the engine holds generation from the transfer's start to its finish): two
+# threads, so that an abort is never queued behind a transfer that waits for the generate call to end.
+@ray.remote(concurrency_groups={"control": 2})
 class EngineActor:
-    def __init__(self, cfg: FasyncConfig, index: int = 0):
+    def __init__(self, cfg: FasyncConfig, index: int = 0, environment: dict[str, str] | None = None):
+        """`environment`: set before the engine is built (where vLLM's Ray executor places a tensor-parallel
+        engine's workers: `fasync.launch.plan.Slot.worker_environment`)."""
+        os.environ.update(environment or {})
         _limit_threads(cfg.resources.rollout_threads)
         from fasync.rollout.build import build_engine
 
@@ -39,9 +45,16 @@ class EngineActor:
         """`pack`ed requests in, `pack`ed generations out."""
         return pack(self.engine.generate(unpack(requests), params, token_budget))
 
-    def load_weights(self, weights: dict, version: int) -> tuple[int, str]:
+    def load_weights(self, weights, version: int) -> tuple[int, str]:
         """`weights` as `TrainerActor.rollout_weights` returns them; returns what the engine serves after the
-        load (`RolloutEngine.served_weights`), which the driver checks against the trainer's checksum."""
+        load (`RolloutEngine.served_weights`), which the driver checks against the trainer's checksum.
+
+        On the `ipc` and `nccl` transports the trainer ranks have already sent `version` through vLLM's
+        weight transfer, and `weights` is rank 0's `SentWeights`: there is nothing left to load."""
+        if isinstance(weights, SentWeights):
+            if weights.version != version:
+                raise RuntimeError(f"asked to serve version {version}, but the trainer sent version {weights.version}")
+            return self.engine.served_weights()
         self.engine.load_weights(arrays_to_weights(weights), version)
         return self.engine.served_weights()
 
@@ -56,23 +69,32 @@ class EngineActor:
     def abort(self) -> None:
         self.engine.abort()
 
-    # vLLM's weight transfer client (`fasync.rollout.weight_transfer.TrainerSender` on GPU placements) drives
-    # the vLLM engine through these.
+    # Colocated sync runs: the GPU memory goes to training between generation and the next weight push.
 
-    def init_weight_transfer_engine(self, request) -> None:
-        self.engine.init_weight_transfer_engine(request)
+    def sleep(self) -> None:
+        self.engine.sleep()
 
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self.engine.wake_up(tags)
+
+    # The `ipc` and `nccl` transports: `fasync.rollout.weight_transfer.EngineClient`, run by trainer rank 0's
+    # vLLM transfer engine, drives the vLLM engine through these.
+
+    @ray.method(concurrency_group="control")
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.engine.init_weight_transfer_engine(init_info)
+
+    @ray.method(concurrency_group="control")
     def start_weight_update(self) -> None:
         self.engine.start_weight_update()
 
-    def update_weights(self, request) -> None:
-        self.engine.update_weights(request)
+    @ray.method(concurrency_group="control")
+    def update_weights(self, update_info) -> None:
+        self.engine.update_weights(update_info)
 
-    def finish_weight_update(self) -> None:
-        self.engine.finish_weight_update()
-
-    def update_weight_version(self, version: str) -> int:
-        return self.engine.update_weight_version(version)
+    @ray.method(concurrency_group="control")
+    def finish_weight_update(self, version: int) -> tuple[int, str | None]:
+        return self.engine.finish_weight_update(version)
 
 
 # It only waits on the engines and the trainer, so it asks for no CPU of its own.
@@ -91,6 +113,8 @@ class TrainerActor:
         self.trainer = None
         self.sent_checksum = ""
         """`weights_checksum` of the weights the last `rollout_weights` sent (rank 0)."""
+        self.sender = None
+        """The `ipc` and `nccl` transports' `TrainerSender`, once `init_weight_sync` has run."""
 
     def rendezvous(self) -> str:
         from fasync.launch.placement import rendezvous_address
@@ -122,6 +146,29 @@ class TrainerActor:
 
     def last_sent_checksum(self) -> str:
         return self.sent_checksum
+
+    def weight_sync_endpoint(self) -> tuple[str, int]:
+        """Rank 0's node IP and a port free there, where the NCCL weight sync group meets (rank 0 hosts it)."""
+        from fasync.train.distributed import free_port
+
+        return ray.util.get_node_ip_address(), free_port("0.0.0.0")
+
+    def init_weight_sync(self, transport: str, engines: list, rank_offsets: list[int] | None = None,
+                         world_size: int | None = None, endpoint: tuple[str, int] | None = None) -> None:
+        """Join the `ipc` or `nccl` weight transfer (`fasync.rollout.weight_transfer.TrainerSender`); rank 0
+        also sets it up on the engines."""
+        from fasync.rollout.weight_transfer import BucketSource, EngineClient, TrainerSender
+        from fasync.train.weights import DEFAULT_BUCKET_BYTES
+
+        source = BucketSource.of_model(self.trainer.model, self.trainer.compute_dtype, DEFAULT_BUCKET_BYTES)
+        address, port = endpoint or (None, None)
+        self.sender = TrainerSender(transport, source, EngineClient(engines, rank_offsets), self.rank,
+                                    DEFAULT_BUCKET_BYTES, address, port, world_size)
+
+    def send_weights(self, version: int) -> SentWeights | None:
+        """Send the weights as `version` (every rank takes part); rank 0 returns what each engine serves after it."""
+        sent = self.sender.send(version)
+        return sent if self.rank == 0 else None
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         from fasync.checkpoint.state import save_trainer
@@ -170,6 +217,22 @@ class TrainerGroup:
         """The checksum of the weights the last `state_dict_ref` sends (rank 0 runs its calls in order)."""
         return self.ranks[0].last_sent_checksum.remote()
 
+    def init_weight_sync(self, transport: str, engines: list, plan: ResourcePlan) -> list:
+        """Start setting up the `ipc` or `nccl` weight transfer on every rank (and, from rank 0, on the
+        engines); returns the calls, for the caller to wait on. NCCL meets at rank 0's node, in a group of
+        rank 0 and every engine worker (`fasync.rollout.weight_transfer.nccl_ranks`)."""
+        from fasync.rollout.weight_transfer import nccl_ranks
+
+        args = ()
+        if transport == "nccl":
+            world_size, offsets = nccl_ranks(plan.engine_workers())
+            args = (offsets, world_size, ray.get(self.ranks[0].weight_sync_endpoint.remote()))
+        return [rank.init_weight_sync.remote(transport, engines, *args) for rank in self.ranks]
+
+    def send_weights(self, version: int) -> list:
+        """Every rank's call sending the weights as `version`; rank 0's returns what each engine serves."""
+        return [rank.send_weights.remote(version) for rank in self.ranks]
+
     def save_checkpoint(self, checkpoint_dir) -> None:
         """Every rank writes its part of the checkpoint (`fasync.checkpoint.state.save_trainer`)."""
         self._on_every_rank("save_checkpoint", "checkpoint save", str(checkpoint_dir))
@@ -187,8 +250,12 @@ def _placed(options: dict, placement) -> dict:
 
 
 def start_engines(cfg: FasyncConfig, plan: ResourcePlan, placement=None) -> list:
-    return [EngineActor.options(**_placed(plan.engine_options(index), placement)).remote(cfg, index)
-            for index in range(cfg.resources.num_rollout_engines)]
+    engines = []
+    for index in range(cfg.resources.num_rollout_engines):
+        options = plan.engine_options(index)
+        environment = options["slot"].worker_environment() if "slot" in options else {}
+        engines.append(EngineActor.options(**_placed(options, placement)).remote(cfg, index, environment))
+    return engines
 
 
 def push_weights(engines: list, state_ref, version: int) -> list:

@@ -46,6 +46,19 @@ class Slot:
     bundles: tuple[int, ...]
     gpus: float
     """GPUs the actor itself takes from its first bundle."""
+    worker_gpus: float = 0.0
+    """A tensor-parallel engine (more than one bundle): what each of its vLLM workers takes from its own bundle.
+    The actor then takes none, so that its first bundle's GPU is left for the worker placed there."""
+
+    def worker_environment(self) -> dict[str, str]:
+        """What vLLM's Ray executor reads to place a tensor-parallel engine's workers on exactly this slot's
+        bundles, each with `worker_gpus` of its GPU (nothing for an engine of one GPU, which runs in its actor).
+        The engine core stays in the actor's process: only there is the actor's placement group Ray's current
+        one (a process of vLLM's own would reserve a group of its own, which the plan's groups leave no GPU for)."""
+        if len(self.bundles) < 2:
+            return {}
+        return {"VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, self.bundles)),
+                "VLLM_RAY_PER_WORKER_GPUS": f"{self.worker_gpus:g}", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,11 @@ class ResourcePlan:
     def trainer_options(self, rank: int = 0) -> dict:
         return self._options("trainer rank", self.trainer_slots, rank)
 
+    def engine_workers(self) -> list[int]:
+        """How many vLLM workers each engine runs (its tensor-parallel size; one on CPU)."""
+        count = self._spec("rollout engine").count
+        return [len(slot.bundles) for slot in self.engine_slots] if self.engine_slots else [1] * count
+
     def node_and_gpu(self, group: str, bundle: int) -> tuple[int, int]:
         """Expected node and GPU index of a bundle: groups laid out in order over nodes of gpus_per_node GPUs."""
         offset = 0
@@ -98,8 +116,10 @@ class ResourcePlan:
         for role, slots in (("trainer rank", self.trainer_slots), ("rollout engine", self.engine_slots)):
             for index, slot in enumerate(slots):
                 where = ", ".join("node {} GPU {}".format(*self.node_and_gpu(slot.group, b)) for b in slot.bundles)
+                held = (f"{slot.gpus:g} GPU" if not slot.worker_gpus else
+                        f"{slot.worker_gpus:g} GPU for each of its {len(slot.bundles)} vLLM workers")
                 lines.append(f"  {role} {index}: {slot.group} bundle{'s' if len(slot.bundles) > 1 else ''} "
-                             f"{', '.join(map(str, slot.bundles))} ({where}), {slot.gpus:g} GPU")
+                             f"{', '.join(map(str, slot.bundles))} ({where}), {held}")
         if self.engine_memory_fraction is not None:
             lines.append(f"  engine memory share per GPU: {self.engine_memory_fraction:.2f} "
                          "(what the trainer's estimate leaves)")
@@ -139,6 +159,8 @@ class ResourcePlan:
 
 
 def _slots(group: str, count: int, width: int, share: float) -> tuple[Slot, ...]:
+    if width > 1:  # tensor-parallel engines: the workers hold the GPUs, not the actor
+        return tuple(Slot(group, tuple(range(i * width, (i + 1) * width)), 0.0, share) for i in range(count))
     return tuple(Slot(group, tuple(range(i * width, (i + 1) * width)), share) for i in range(count))
 
 

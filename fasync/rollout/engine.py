@@ -164,6 +164,14 @@ class RolloutEngine(ABC):
             served = self._served_parameters(self._probed) if self._probed else None
             return self._version, weights_checksum(served) if served is not None else None
 
+    def sleep(self) -> None:  # noqa: B027 - an engine with no memory to hand back keeps this
+        """Hand the engine's GPU memory to training (colocated sync runs, between generation and the next
+        weight push); the vLLM engine overrides it."""
+
+    def wake_up(self, tags: list[str] | None = None) -> None:  # noqa: B027 - see `sleep`
+        """Take back what `sleep` released: `["weights"]` before a weight push, `["kv_cache"]` before
+        generating, None for both."""
+
     def abort(self) -> None:
         """Make the generate calls made so far return promptly (unfinished requests `abort`);
         later calls run normally."""

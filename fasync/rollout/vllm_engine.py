@@ -54,6 +54,11 @@ class VLLMEngine(RolloutEngine):
         self.transport = transport_for(res.gpus_per_engine, res.colocate)
         if self.transport == "cpu":
             os.environ.update(cpu_environment(cfg))
+        elif self.transport == "ipc":
+            # The IPC handles (`torch.multiprocessing.reductions.reduce_tensor`) hold a type and a dtype, which
+            # the msgpack that carries `collective_rpc` into vLLM's engine core cannot; vLLM falls back to
+            # pickle only when allowed. Trainer and engine are this run's own processes.
+            os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
         try:
             from vllm import LLM
             from vllm.platforms import current_platform
@@ -78,6 +83,9 @@ class VLLMEngine(RolloutEngine):
                            weight_transfer_config=WeightTransferConfig(backend=self.transport),
                            tensor_parallel_size=res.gpus_per_engine,
                            enable_sleep_mode=res.colocate)
+            if res.gpus_per_engine > 1:
+                # Its workers are Ray actors on the engine's bundles (`fasync.launch.plan.Slot.worker_environment`).
+                options.update(distributed_executor_backend="ray")
         self.llm = LLM(
             model=cfg.model.path,
             dtype=cfg.model.dtype,
@@ -91,54 +99,65 @@ class VLLMEngine(RolloutEngine):
         self._request_ids = itertools.count()
 
     def _load_state_dict(self, state_dict: dict) -> None:
-        """The `cpu` transport's load (the others arrive through `receive_*`, from the trainer ranks)."""
+        """The `cpu` transport's load (the others arrive through the weight transfer calls below, driven by
+        trainer rank 0)."""
         loaded = self.llm.collective_rpc("fasync_load_blob", args=(to_blob(state_dict.items()),))
         if any(count != len(state_dict) for count in loaded):
             raise RuntimeError(f"a vLLM worker loaded {loaded} tensors of {len(state_dict)}")
         # Cached prefixes hold keys and values computed by the old weights.
         self.llm.reset_prefix_cache()
 
-    # -- the `ipc` and `nccl` transports: what vLLM's `RayVLLMWeightSyncClient` calls on the engine actor ------
+    # -- the `ipc` and `nccl` transports: what `fasync.rollout.weight_transfer.EngineClient` calls, through
+    # the engine actor, with vLLM's payloads (plain dicts) passed on to `LLM`'s own weight transfer methods --
 
-    def init_weight_transfer_engine(self, request) -> None:
-        self.llm.collective_rpc("init_weight_transfer_engine", kwargs={"init_info": request.init_info})
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
 
     def start_weight_update(self) -> None:
-        self._busy.acquire()  # no generation while the weights change; released by `finish_weight_update`
+        """Hold generation until `finish_weight_update`: a generate call in progress ends first, and none
+        starts while the weights are half loaded. The calls arrive on another thread than `generate`
+        (the actor's `control` group), so that a queued generate call cannot wedge itself in between."""
+        self._busy.acquire()
         try:
-            self.llm.collective_rpc("start_weight_update")
+            self.llm.start_weight_update()
         except BaseException:
             self._busy.release()
             raise
 
-    def update_weights(self, request) -> None:
-        self.llm.collective_rpc("update_weights", kwargs={"update_info": request.update_info})
-
-    def finish_weight_update(self) -> None:
+    def update_weights(self, update_info) -> None:
         try:
-            self.llm.collective_rpc("finish_weight_update")
+            self.llm.update_weights({"update_info": update_info})
+        except BaseException:
+            self._busy.release()  # the worker has abandoned the update; the run fails on the trainer's side
+            raise
+
+    def finish_weight_update(self, version: int) -> tuple[int, str | None]:
+        """End the update and serve the new weights as `version`, before any generation sees them; returns
+        `served_weights()` (no checksum: vLLM cannot read its weights back in the trainer's layout)."""
+        try:
+            self.llm.finish_weight_update()
             self.llm.reset_prefix_cache()  # keys and values of the old weights
+            self._version = version
         finally:
             self._busy.release()
-
-    def update_weight_version(self, version: str) -> int:
-        """Serve the weights just received as `version` (the client sends it as text); returns the version served."""
-        with self._busy:
-            self._version = int(version)
-            return self._version
+        return self.served_weights()
 
     # -- colocated runs hand the GPU back to the trainer between rollouts -------------------------------------
 
     def sleep(self) -> None:
-        """Free the engine's GPU memory for training: the weights go to host memory, the KV cache is dropped."""
+        """Free the engine's GPU memory for training (`ipc`; elsewhere nothing to free). Level 2 discards the
+        weights and the KV cache: every sync replaces all the weights, so level 1's copy of them into host
+        memory (one full host copy per engine, at every sleep) would be thrown away unread."""
         if self.transport == "ipc":
             with self._busy:
-                self.llm.sleep(level=1)
+                self.llm.sleep(level=2)
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Take the GPU memory back: `["weights"]` before a weight push (which fills them), `["kv_cache"]`
+        before generating, None for both."""
         if self.transport == "ipc":
             with self._busy:
-                self.llm.wake_up()
+                self.llm.wake_up(tags=tags)
 
     # -- generation ----------------------------------------------------------------------------------------
 

@@ -5,10 +5,16 @@
   with msgpack (a tensor would arrive as a plain list, bytes arrive as bytes). The worker reloads them
   with its model runner's `reload_weights`, which also redoes the CPU build's repacking of linear
   weights after loading (the model's own `load_weights` cannot load into repacked parameters).
-- `ipc` (colocated on one GPU) and `nccl` (engines on GPUs of their own): vLLM's weight transfer
-  engines (`weight_transfer_config` on the engine, `init_weight_transfer_engine` / `start_weight_update`
-  / `update_weights` / `finish_weight_update` on its workers). The trainer ranks send from the device,
-  one bucket at a time (`fasync.train.weights`): no full host copy per engine.
+- `ipc` (colocated: each engine worker shares its GPU with a trainer rank) and `nccl` (engines on GPUs of
+  their own): vLLM's weight transfer engines (`weight_transfer_config` on the engine; `trainer_init` /
+  `send_weights` on the trainer ranks, which drive `init_weight_transfer_engine` / `start_weight_update` /
+  `update_weights` / `finish_weight_update` on the engines through `EngineClient`). The trainer ranks
+  send from the device, packed into buffers of `bucket_bytes` (`fasync.train.weights`): no host copy.
+  One NCCL group holds the sending trainer rank 0 and every worker of every engine (`nccl_ranks`), so one
+  broadcast reaches them all.
+
+Only the vLLM engine on GPUs has a weight transfer engine; every other engine (the torch engine, on a GPU
+or not) takes the `cpu` path (`transport_of`).
 
 Every transport loads the same thing: the trainer's rollout weights under their Hugging Face names
 (`hf_names`), in the engine's dtype.
@@ -17,17 +23,115 @@ Every transport loads the same thing: the trainer's rollout weights under their 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Literal
+
+from fasync.errors import ConfigurationError
 
 Transport = Literal["cpu", "ipc", "nccl"]
 
 
 def transport_for(gpus_per_engine: int, colocate: bool) -> Transport:
-    """The transport a placement uses: CPU engines take blobs, a colocated GPU engine CUDA IPC handles
-    (trainer and engine share the device), a GPU engine of its own an NCCL broadcast."""
+    """The transport a vLLM engine's placement uses: CPU engines take blobs, a colocated GPU engine CUDA IPC
+    handles (trainer and engine share the device), a GPU engine of its own an NCCL broadcast."""
     if gpus_per_engine == 0:
         return "cpu"
     return "ipc" if colocate else "nccl"
+
+
+def transport_of(cfg) -> Transport:
+    """The transport a run's weight syncs take: a vLLM engine's by its placement; the torch engine loads a
+    state dict (the `cpu` path) wherever it runs."""
+    if cfg.rollout.engine != "vllm":
+        return "cpu"
+    return transport_for(cfg.resources.gpus_per_engine, cfg.resources.colocate)
+
+
+def ipc_shortfall(cfg) -> tuple[int, int] | None:
+    """(engine GPUs, trainer GPUs) when the `ipc` transport cannot reach every engine worker: CUDA IPC hands
+    each worker the tensors of the trainer rank on its own GPU, so every engine GPU needs one (lint rule R007,
+    and `check_transport` when a run starts); None when it can, or the run takes another transport."""
+    res = cfg.resources
+    engine_gpus = res.num_rollout_engines * res.gpus_per_engine
+    trainer_gpus = res.trainer_ranks * res.gpus_per_trainer_rank
+    if transport_of(cfg) == "ipc" and engine_gpus > trainer_gpus:
+        return engine_gpus, trainer_gpus
+    return None
+
+
+def check_transport(cfg) -> None:
+    """Raise a ConfigurationError for a placement whose transport cannot reach every engine worker."""
+    shortfall = ipc_shortfall(cfg)
+    if shortfall is not None:
+        raise ConfigurationError(
+            f"resources: colocated vLLM engines take their weights over CUDA IPC from the trainer rank on the same "
+            f"GPU, but the engines use {shortfall[0]} GPUs (num_rollout_engines × gpus_per_engine) and the trainer "
+            f"ranks only {shortfall[1]}: raise resources.trainer_ranks to {shortfall[0]}, or set "
+            "resources.colocate: false (`fasync check` reports this as R007)")
+
+
+def nccl_ranks(workers_per_engine: list[int]) -> tuple[int, list[int]]:
+    """(world size, each engine's first rank) of the NCCL group a weight sync broadcasts over: the sending
+    trainer rank is rank 0, then every engine's workers (its tensor-parallel size of them) in engine order.
+
+    vLLM ranks a worker `rank_offset` + its rank within its engine; each fasync engine is a separate vLLM
+    instance whose workers count from 0, so each gets its own offset (vLLM's own Ray client would send them
+    all the same one, and engines after the first would collide)."""
+    offsets, rank = [], 1
+    for workers in workers_per_engine:
+        offsets.append(rank)
+        rank += workers
+    return rank, offsets
+
+
+@dataclass(frozen=True)
+class SentWeights:
+    """What trainer rank 0's send of `version` returns (`ipc`, `nccl`): the engines already serve it, and
+    `served` is what each one reported. fully_async's rollouter hands it to every engine's `load_weights` in
+    place of a state dict, which then only reports what the engine serves."""
+
+    version: int
+    served: list
+
+
+class EngineClient:
+    """vLLM's weight sync client protocol (`VLLMWeightSyncClient`) over fasync's engine actors
+    (`fasync.launch.actors.EngineActor`), driven by trainer rank 0's transfer engine: each call fans out to
+    every engine and waits for all. The NCCL handshake gives each engine its own `rank_offsets` entry.
+    `finish_weight_update` makes the engines serve `version` (set before each send) in the same call that
+    ends the update, so that no generation sees the new weights under the old version; what they serve
+    after it is kept in `served`, for the driver's check."""
+
+    def __init__(self, engines: list, rank_offsets: list[int] | None = None, wait=None):
+        if wait is None:
+            import ray
+
+            wait = ray.get
+        self.engines = engines
+        self.rank_offsets = rank_offsets
+        self.wait = wait
+        self.version: int | None = None
+        self.served: list = []
+
+    def _each(self, method: str, *args) -> list:
+        return self.wait([getattr(engine, method).remote(*args) for engine in self.engines])
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        if "rank_offset" not in init_info or self.rank_offsets is None:
+            self._each("init_weight_transfer_engine", init_info)
+            return
+        self.wait([engine.init_weight_transfer_engine.remote({**init_info, "rank_offset": offset})
+                   for engine, offset in zip(self.engines, self.rank_offsets)])
+
+    def start_weight_update(self) -> None:
+        self._each("start_weight_update")
+
+    def update_weights(self, update_info) -> None:
+        self._each("update_weights", update_info)
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        version = self.version if weight_version is None else int(weight_version)
+        self.served = self._each("finish_weight_update", version)
 
 
 def hf_names(named: Iterable[tuple[str, object]]) -> Iterator[tuple[str, object]]:
@@ -89,6 +193,8 @@ class BucketSource:
     def __iter__(self) -> Iterator[tuple[str, object]]:
         for bucket in self._buckets():
             yield from hf_names(bucket)
+            # Dropped before the next bucket is gathered: held across it, a sync would hold two buckets.
+            del bucket
 
 
 def vllm_source(source: BucketSource):
@@ -107,27 +213,36 @@ def vllm_source(source: BucketSource):
 
 class TrainerSender:
     """The trainer ranks' side of the `ipc` and `nccl` transports: every rank builds one (a gather is a
-    collective) and calls `send` at each sync; rank 0 drives the engines through `client` (vLLM's
-    `RayVLLMWeightSyncClient` over the engine actors, which forward to their workers) and the others only
-    take part in the gathers."""
+    collective) and calls `send` at each sync; rank 0 drives the engines through `client` (an
+    `EngineClient`) and the others only take part in the gathers (and, for `ipc`, the handle exchange).
 
-    def __init__(self, transport: Transport, source: BucketSource, client, rank: int,
-                 master_address: str | None = None, master_port: int | None = None, engine_workers: int = 0):
+    Both backends are packed: tensors travel in buffers of `bucket_bytes`, so that the sender never holds
+    more than a few buckets beside the model (vLLM's unpacked IPC would keep a copy of every tensor alive
+    until the engines finish). `nccl` needs the rendezvous on rank 0's node (`master_address`,
+    `master_port`) and the group's `world_size` (`nccl_ranks`)."""
+
+    def __init__(self, transport: Transport, source: BucketSource, client: EngineClient, rank: int,
+                 bucket_bytes: int, master_address: str | None = None, master_port: int | None = None,
+                 world_size: int | None = None):
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
+        self.client = client
         if transport == "ipc":
             from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
 
-            init = IPCTrainerInitInfo(rank=rank)
+            init = IPCTrainerInitInfo(rank=rank, packed=True, packed_buffer_size_bytes=bucket_bytes)
         elif transport == "nccl":
             from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-            # The sender is NCCL rank 0, the engines' workers the ranks after it.
             init = NCCLTrainerInitInfo(rank=rank, master_address=master_address, master_port=master_port,
-                                       world_size=1 + engine_workers)
+                                       world_size=world_size, packed=True, packed_buffer_size_bytes=bucket_bytes)
         else:
             raise ValueError(f"the {transport} transport has no trainer-side sender")
         self.engine = WeightTransferTrainerFactory.trainer_init(init, client=client, source=vllm_source(source))
 
-    def send(self) -> None:
+    def send(self, version: int) -> SentWeights:
+        """Send the weights as `version`; on rank 0 the result says what every engine serves after it."""
+        self.client.version = version
+        self.client.served = []
         self.engine.send_weights()
+        return SentWeights(version, self.client.served)

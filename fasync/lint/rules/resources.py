@@ -146,3 +146,27 @@ def idle_trainer_gpus(cfg, derived):
             f"set `resources.trainer_ranks: {ranks}` and `resources.gpus_per_trainer_rank: 1` ({ranks} ranks, "
             "one per GPU)",
         )
+
+
+@rule(
+    "R007", "colocated-engine-gpu-without-trainer", Severity.ERROR,
+    summary="A colocated vLLM engine GPU that no trainer rank shares.",
+    what="Reports `rollout.engine: vllm` with `resources.colocate: true` and GPU engines when the engines use more "
+    "GPUs (num_rollout_engines × gpus_per_engine) than the trainer ranks (trainer_ranks × gpus_per_trainer_rank).",
+    why="Colocated vLLM engines take each weight sync over CUDA IPC (the `ipc` transport, docs/gpu.md): every "
+    "engine worker maps the tensors of the trainer rank on its own GPU. A worker on a GPU without a trainer rank "
+    "has nothing to map, so the first weight sync would fail; the run refuses to start instead.",
+)
+def colocated_engine_gpu_without_trainer(cfg, derived):
+    from fasync.rollout.weight_transfer import ipc_shortfall
+
+    shortfall = ipc_shortfall(cfg)
+    if shortfall is not None:
+        engine_gpus, trainer_gpus = shortfall
+        yield Finding(
+            "resources.trainer_ranks",
+            f"the colocated vLLM engines use {plural(engine_gpus, 'GPU')} but the trainer ranks only "
+            f"{trainer_gpus}, and each engine GPU takes its weights over CUDA IPC from a trainer rank on it",
+            f"set `resources.trainer_ranks: {engine_gpus}` (one rank per engine GPU), or `resources.colocate: false` "
+            "to give the engines GPUs of their own (weights then travel over NCCL)",
+        )

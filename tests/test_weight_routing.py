@@ -1,0 +1,143 @@
+"""Which path a weight sync takes in the drivers (`fasync.drivers.common.Run`, fully_async's `sync`), by
+placement: the `cpu` path hands the trainer's state dict to every engine's `load_weights`; the `ipc` and `nccl`
+transports (vLLM on GPUs) make every trainer rank send, rank 0 reporting what each engine serves. The real
+driver methods and engine actor class, with recording stand-ins for the actors they call (no Ray, no vLLM, no
+GPU); the same check of the served version on both."""
+
+import pytest
+
+from fasync.config.schema import FasyncConfig
+from fasync.drivers.common import Run
+from fasync.launch.faults import WeightSyncMismatch
+from fasync.rollout.weight_transfer import SentWeights, transport_of
+from fasync.staleness import VersionClock
+
+GPU = {"num_gpus": 4, "num_rollout_engines": 2, "gpus_per_engine": 1, "trainer_ranks": 2, "gpus_per_trainer_rank": 1}
+
+
+class Recorder:
+    """The engines' and the trainer group's calls, recorded; what they return is what `Watchdog.get` yields."""
+
+    def __init__(self, engines: int, ranks: int, serve_offset: int = 0):
+        self.calls: list[tuple] = []
+        self.serve_offset = serve_offset
+        self.engines = [self._engine(index) for index in range(engines)]
+        self.ranks = list(range(ranks))
+
+    def _engine(self, index):
+        recorder = self
+
+        class Load:
+            def remote(self, weights, version):
+                recorder.calls.append(("load_weights", index, weights, version))
+                return ("served", version + recorder.serve_offset, "sum")
+
+        return type("Engine", (), {"load_weights": Load()})()
+
+    # -- the trainer group ------------------------------------------------------------------------------------
+
+    def state_dict_ref(self):
+        return "state dict"
+
+    def sent_checksum_ref(self):
+        return ("checksum",)
+
+    def send_weights(self, version):
+        self.calls.append(("send_weights", version))
+        return [("rank 0", version)] + [("rank", rank) for rank in self.ranks[1:]]
+
+    # -- the watchdog -----------------------------------------------------------------------------------------
+
+    def get(self, refs, labels):
+        assert len(refs) == len(labels)
+        return [self._value(ref) for ref in refs]
+
+    def _value(self, ref):
+        if ref == ("checksum",):
+            return "sum"
+        if ref[0] == "served":
+            return ref[1], ref[2]
+        if ref[0] == "rank 0":
+            return SentWeights(ref[1], [(ref[1] + self.serve_offset, None) for _ in self.engines])
+        return None
+
+
+def run_for(resources: dict, serve_offset: int = 0) -> tuple[Run, Recorder]:
+    cfg = FasyncConfig.model_validate({"model": {"path": "/nonexistent"}, "rollout": {"engine": "vllm"},
+                                       "resources": resources})
+    recorder = Recorder(cfg.resources.num_rollout_engines, cfg.resources.trainer_ranks, serve_offset)
+    run = Run.__new__(Run)  # the driver's state without its actors
+    run.cfg, run.transport, run.version, run.step, run.clock = cfg, transport_of(cfg), 0, 0, VersionClock()
+    run.engines, run.trainer, run.watchdog = recorder.engines, recorder, recorder
+    run._sent, run._unverified = {}, []
+    return run, recorder
+
+
+def test_cpu_engines_load_the_trainers_state_dict():
+    run, recorder = run_for({"num_rollout_engines": 2})
+    run.publish_weights()
+    assert run.version == 1
+    assert recorder.calls == [("load_weights", 0, "state dict", 1), ("load_weights", 1, "state dict", 1)]
+
+
+@pytest.mark.parametrize("colocate", [True, False], ids=["ipc", "nccl"])
+def test_gpu_engines_get_the_weights_from_every_trainer_rank(colocate):
+    run, recorder = run_for({**GPU, "colocate": colocate})
+    assert run.transport == ("ipc" if colocate else "nccl")
+    run.publish_weights()
+    run.publish_weights()
+    assert recorder.calls == [("send_weights", 1), ("send_weights", 2)]  # no state dict crosses the host
+
+
+@pytest.mark.parametrize("resources", [{"num_rollout_engines": 2}, GPU], ids=["cpu", "nccl"])
+def test_an_engine_serving_another_version_fails_the_sync(resources):
+    run, _ = run_for(resources, serve_offset=-1)
+    with pytest.raises(WeightSyncMismatch, match="engine 0 serves version 0 .* trainer sent version 1"):
+        run.publish_weights()
+
+
+class Rollouter:
+    def __init__(self):
+        self.calls = []
+
+    @property
+    def update_weights(self):
+        rollouter = self
+
+        class Call:
+            def remote(self, weights, version):
+                rollouter.calls.append((weights, version))
+                return ("rollouter sync", version)
+
+        return Call()
+
+
+@pytest.mark.parametrize(("resources", "handed"), [({"num_rollout_engines": 2}, "state dict"),
+                                                   (GPU, ("rank 0", 1))], ids=["cpu", "nccl"])
+def test_fully_asyncs_rollouter_hands_the_engines_what_the_transport_sent(resources, handed):
+    from fasync.drivers.fully_async import FullyAsyncDriver
+
+    run, recorder = run_for(resources)
+    driver = FullyAsyncDriver.__new__(FullyAsyncDriver)
+    driver.run, driver.rollouter, driver.pending_sync = run, Rollouter(), None
+    driver.sync()
+    assert driver.rollouter.calls == [([handed], 1)]
+    # The engines load nothing themselves on the GPU transports: the trainer ranks have sent it.
+    assert [call[0] for call in recorder.calls] == (["send_weights"] if run.transport != "cpu" else [])
+
+
+def test_an_engine_handed_sent_weights_only_reports_what_it_serves():
+    from fasync.launch.actors import EngineActor
+
+    class Served:
+        def served_weights(self):
+            return 3, None
+
+        def load_weights(self, state_dict, version):
+            raise AssertionError("the weights already arrived through the transfer")
+
+    actor = EngineActor.__ray_actor_class__.__new__(EngineActor.__ray_actor_class__)
+    actor.engine = Served()
+    assert actor.load_weights(SentWeights(3, [(3, None)]), 3) == (3, None)
+    with pytest.raises(RuntimeError, match="asked to serve version 4, but the trainer sent version 3"):
+        actor.load_weights(SentWeights(3, [(3, None)]), 4)
