@@ -201,7 +201,13 @@ class RequestStream:
             req = held.request
             self._engine.add_request(rid, TokensPrompt(prompt_token_ids=req.prompt_ids + req.output_ids),
                                      vllm_sampling(held.params, held.max_tokens, delta=True))
-        if not running or not self._engine.has_unfinished_requests():
+        if not running:
+            return
+        if not self._engine.has_unfinished_requests():
+            with self._changed:
+                lost = sum(held.added for held in self._held.values())
+            if lost:  # else the thread would spin on requests that can never end
+                raise RuntimeError(f"vLLM holds none of the {lost} requests submitted to it")
             return
         version = self._version()
         outputs = self._engine.step()
