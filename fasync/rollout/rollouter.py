@@ -60,7 +60,7 @@ class RolloutState:
     pause_s: float = 0.0
     """Seconds generation was paused for weight syncs."""
     busy_s: float = 0.0
-    """Seconds the engines spent in generate calls (summed over the engines)."""
+    """Seconds the engines spent in generate calls, or holding streamed requests (summed over the engines)."""
     resumed_groups: int = 0
     """Groups a weight sync interrupted that went on from their prefix under the new weights."""
 
