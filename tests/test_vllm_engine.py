@@ -338,12 +338,9 @@ def test_the_rollouter_streams_groups_through_a_weight_sync_and_a_checkpoint(set
         taken, snapshot = asyncio.run(before_the_kill())
         first_engine.close()  # once its last collect has returned
         engine.collect()  # what the stop aborted, if that collect did not take it: the killed process's
-        # Taken, or queued at the snapshot: the queue hands out the groups of the oldest weights first, so the
-        # ones that went on from their prefix after the sync may be among either.
         finished = [req for group in taken + snapshot["waiting"] for req in group.requests]
         assert_logprobs_are_their_versions(models, finished)
-        spanning = [req for req in finished if set(req.token_versions) == {0, 1}]
-        assert spanning and first.resumed_groups > 0, "no completion went on from its prefix after the sync"
+        assert first.resumed_groups > 0, "no completion went on from its prefix after the sync"
         partial = {req.request_id: len(req.output_ids) for group in snapshot["in_flight"] for req in group.requests
                    if req.output_ids and not req.finished}
         assert partial, "the snapshot caught no request part-way through its generation"
@@ -374,4 +371,7 @@ def test_the_rollouter_streams_groups_through_a_weight_sync_and_a_checkpoint(set
     assert all(first_sent[request_id] == had for request_id, had in partial.items())
     assert_logprobs_are_their_versions(models, [req for group in resumed for req in group.requests])
     assert all(req.finished for group in resumed for req in group.requests)
+    # Completions with tokens of both versions: taken, queued at the snapshot or finished after the resume.
+    assert any(set(req.token_versions) == {0, 1} for group in taken + snapshot["waiting"] + resumed
+               for req in group.requests)
     assert second.ledger.balanced
