@@ -30,6 +30,7 @@ def script(name: str):
 
 lq = script("learning_quality")
 peer = script("peer_trl")
+vllm_long_tail = script("vllm_long_tail")
 
 
 @pytest.mark.parametrize("task", list(lq.TASKS))
@@ -107,3 +108,21 @@ def test_the_peer_bench_without_trl_says_how_to_install_it():
                             text=True, timeout=120)
     assert result.returncode == 2
     assert "make venv-peer" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async_streams(tmp_path):
+    from fasync.bench.modes import COMMON, variant_overrides
+
+    pytest.importorskip("transformers")
+    bench = vllm_long_tail
+    dataset = bench.LONG_TAIL.write_dataset(tmp_path / "long-tail.jsonl")
+    config = bench.base_config(tmp_path / "base.yaml", bench.write_model(tmp_path / "model"), dataset, 10)
+    scenario = bench.scenario(dataset, 10)
+    for variant in scenario.variants:
+        loaded = load_config(config, [*COMMON, *variant_overrides(scenario, variant, bench.EXAMPLES)])
+        assert loaded.config is not None, [d.message for d in loaded.diagnostics]
+        cfg = loaded.config
+        found, crashed = run_rules(cfg)
+        assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
+        assert cfg.mode == variant.mode and cfg.rollout.engine == "vllm"
+        assert derive(cfg).streams_requests == (variant.mode == "fully_async")

@@ -16,6 +16,7 @@ from fasync.config.schema import FasyncConfig
 from fasync.drivers.common import build_factory
 from fasync.launch.wire import pack, unpack
 from fasync.rollout.rollouter import Rollouter
+from fasync.rollout.types import Generation
 
 N = 4
 LONG, SHORT = 6, 1
@@ -45,6 +46,20 @@ class Method:
         async def call():
             await asyncio.sleep(0)
             return self.fn(*args)
+
+        return call()
+
+
+class Dispatched(Method):
+    """A method that runs when it is called, as a Ray actor runs its calls in the order they were sent (what
+    `Method` defers to the await): a streaming engine must see a submit before a later abort."""
+
+    def remote(self, *args):
+        result = self.fn(*args)
+
+        async def call():
+            await asyncio.sleep(0)
+            return result
 
         return call()
 
@@ -80,11 +95,14 @@ class ScriptedEngine:
         return pack(out)
 
 
-def rollouter_for(partial: bool, tokens_per_call: int | None, **settings):
-    cfg = FasyncConfig.model_validate(with_sections(
-        CONFIG, **{"async": {**CONFIG["async"], "partial_rollout": partial, "tokens_per_call": tokens_per_call,
-                             **settings}}))
-    engine = ScriptedEngine()
+def rollouter_for(partial: bool, tokens_per_call: int | None, streaming: bool = False, **settings):
+    """With `streaming`, `rollout.engine: vllm`: the rollouter streams requests into a `StreamingEngine`."""
+    sections = {"async": {**CONFIG["async"], "partial_rollout": partial, "tokens_per_call": tokens_per_call,
+                          **settings}}
+    if streaming:
+        sections["rollout"] = {**CONFIG["rollout"], "engine": "vllm"}
+    cfg = FasyncConfig.model_validate(with_sections(CONFIG, **sections))
+    engine = StreamingEngine() if streaming else ScriptedEngine()
     return cfg, engine, Rollouter(cfg, [engine], build_factory(cfg))
 
 
@@ -103,6 +121,126 @@ def stream(partial: bool, tokens_per_call: int | None, drains: int = 6):
 
     taken, ledger = asyncio.run(body())
     return engine, taken, ledger
+
+
+class StreamingEngine(ScriptedEngine):
+    """An engine that streams, as vLLM's does for the rollouter: `submit` adds requests to those it holds, and
+    each `collect` is a decode step (one token for every request held, at the engine's version) unless a request
+    has ended since the last one, and returns those that ended: time passes as the rollouter collects. Records every submit as ([(request_id, tokens it already had)],
+    requests held before it), and how many requests it held at each weight load."""
+
+    def __init__(self):
+        super().__init__()
+        self.held: dict[int, Generation] = {}
+        self.ended: list[Generation] = []
+        self.submits: list[tuple[list[tuple[int, int]], int]] = []
+        self.held_at_loads: list[int] = []
+        self.rng = 0
+        self.submit = Dispatched(self._submit)
+        self.collect = Dispatched(self._collect)
+        self.abort = Dispatched(self._abort)
+        self.load_weights = Dispatched(self._load_weights)
+        self.rng_state = Dispatched(lambda: self.rng)
+        self.set_rng_state = Dispatched(self._set_rng)
+
+    def _set_rng(self, state):
+        self.rng = state
+
+    def _submit(self, packed: bytes, params):
+        requests = unpack(packed)
+        assert not {req.request_id for req in requests} & set(self.held), "a request submitted twice"
+        self.submits.append(([(req.request_id, len(req.output_ids)) for req in requests], len(self.held)))
+        self.held.update((req.request_id, req) for req in requests)
+
+    def _collect(self):
+        if not self.ended:
+            for request_id, req in list(self.held.items()):
+                req = replace(req, output_ids=req.output_ids + [5], logprobs=req.logprobs + [-1.0],
+                              token_versions=req.token_versions + [self.version])
+                self.held[request_id] = req
+                if len(req.output_ids) == target_length(request_id):
+                    self.ended.append(replace(self.held.pop(request_id), finish_reason="stop"))
+        ended, self.ended = self.ended, []
+        return pack(ended)
+
+    def _abort(self):
+        super()._abort()
+        self.ended += [replace(req, finish_reason="abort") for req in self.held.values()]
+        self.held.clear()
+
+    def _load_weights(self, weights, version):
+        self.held_at_loads.append(len(self.held))
+        super()._load_weights(weights, version)
+
+
+def sent(engine) -> list[list[tuple[int, int]]]:
+    """What the engine was given to continue, call by call (submit by submit): (request_id, tokens it had)."""
+    return [requests for requests, _ in engine.submits] if isinstance(engine, StreamingEngine) else engine.calls
+
+
+def test_streamed_groups_leave_as_they_finish_and_new_ones_join_while_others_generate():
+    cfg, engine, rollouter = rollouter_for(partial=False, tokens_per_call=4, streaming=True)
+    assert rollouter.tokens_per_call is None  # the vLLM engine streams: `async.tokens_per_call` is the torch engine's
+
+    async def body():
+        running = asyncio.create_task(rollouter.run())
+        taken = []
+        for _ in range(6):
+            groups, state = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=0))
+            assert state.ledger.balanced
+            taken += groups
+        await rollouter.stop()
+        return taken, await running
+
+    taken, ledger = asyncio.run(body())
+    assert engine.calls == []  # no closed batches
+    assert all(req.finish_reason == "stop" for group in taken for req in group.requests)
+    assert all({len(req.output_ids) for req in group.requests} == {target_length(group.requests[0].request_id)}
+               for group in taken)
+    # Groups joined while others were generating, and at most `max_concurrent_samples` requests were held.
+    assert any(held_before > 0 for _, held_before in engine.submits)
+    assert max(held_before + len(requests) for requests, held_before in engine.submits) <= 4 * N
+    # Each request was submitted once, from nothing: no weight sync, nothing to resume.
+    assert all(had == 0 for requests in sent(engine) for _, had in requests)
+    # Short groups admitted after a long one reach the queue before it.
+    ids = [group.group_id for group in taken]
+    assert ids != sorted(ids)
+    long_draws = [group.group_id.draw for group in taken if target_length(group.requests[0].request_id) == LONG]
+    assert any(ids.index(group.group_id) < len(ids) - 1 and group.group_id.draw > long_draws[0]
+               for group in taken if target_length(group.requests[0].request_id) == SHORT)
+    assert ledger.balanced and ledger.produced == ledger.in_flight + ledger.dropped_total + ledger.queued
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_a_streamed_weight_sync_loads_only_an_idle_engine(partial):
+    cfg, engine, rollouter = rollouter_for(partial=partial, tokens_per_call=None, streaming=True)
+
+    async def body():
+        running = asyncio.create_task(rollouter.run())
+        taken = []
+        for drain in range(6):
+            groups, _ = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=drain))
+            taken += groups
+            await rollouter.update_weights([None], drain + 1)
+        aborts = engine.aborts
+        await rollouter.stop()
+        await running
+        return taken, aborts
+
+    taken, aborts = asyncio.run(body())
+    assert engine.held_at_loads == [0] * 6 and rollouter.version == 6
+    assert aborts == (6 if partial else 0)
+    spanning = [req for group in taken for req in group.requests if len(set(req.token_versions)) > 1]
+    for req in (req for group in taken for req in group.requests):
+        assert req.token_versions == sorted(req.token_versions) and len(req.token_versions) == len(req.output_ids)
+    if partial:
+        # Aborted at a sync, resubmitted from their prefix: tokens of two versions, counted as resumed.
+        assert spanning and rollouter.resumed_groups > 0
+        assert any(had > 0 for requests in sent(engine) for _, had in requests)
+    else:
+        # Without partial rollout every completion finishes under the weights it started with.
+        assert spanning == [] and rollouter.resumed_groups == 0
+        assert all(had == 0 for requests in sent(engine) for _, had in requests)
 
 
 def test_sliced_calls_let_new_prompts_join_while_long_completions_continue():
@@ -181,12 +319,14 @@ class CheckpointedEngine(ScriptedEngine):
         self.rng = state
 
 
-def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_them_from_their_prefix():
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_them_from_their_prefix(streaming):
     from fasync.metrics.ledger import audit
 
-    cfg, engine, first = rollouter_for(partial=True, tokens_per_call=2)
-    engine = CheckpointedEngine()
-    first.engines = [engine]
+    cfg, engine, first = rollouter_for(partial=True, tokens_per_call=2, streaming=streaming)
+    if not streaming:
+        engine = CheckpointedEngine()
+        first.engines = [engine]
     engine.rng = 7
     journal: list[dict] = []
 
@@ -194,6 +334,8 @@ def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_th
         running = asyncio.create_task(first.run())
         groups, _ = unpack(await first.take(cfg.rollout.batch_size, train_version=0))
         first.report_trained([g.group_id for g in groups], len(groups) * N, len(groups) * N)
+        while streaming and not any(req.output_ids for req in engine.held.values()):
+            await asyncio.sleep(0)  # until the engine is part-way through what it holds
         snapshot = unpack(await first.snapshot())
         # What the killed process did after the checkpoint is lost with it.
         await first.take(cfg.rollout.batch_size, train_version=0)
@@ -209,9 +351,10 @@ def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_th
     assert partial, "the snapshot caught no group part-way through its generation"
     assert snapshot["engine_rngs"] == [7]
 
-    cfg, _, second = rollouter_for(partial=True, tokens_per_call=2)
-    engine = CheckpointedEngine()
-    second.engines = [engine]
+    cfg, engine, second = rollouter_for(partial=True, tokens_per_call=2, streaming=streaming)
+    if not streaming:
+        engine = CheckpointedEngine()
+        second.engines = [engine]
     prefixes = {req.request_id: len(req.output_ids) for g in partial for req in g.requests}
 
     async def after_the_resume():
@@ -228,7 +371,7 @@ def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_th
     assert engine.rng == 7
     # Each partial request's first call after the resume started from the tokens it had at the checkpoint.
     first_seen = {}
-    for call in engine.calls:
+    for call in sent(engine):
         for request_id, had in call:
             first_seen.setdefault(request_id, had)
     assert all(first_seen[rid] == had for rid, had in prefixes.items() if rid in first_seen)

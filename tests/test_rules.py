@@ -228,6 +228,22 @@ def test_tokens_per_call_counts_only_with_partial_rollout(tmp_path):
     assert findings(path, ["async.partial_rollout=true"], code="U001") == []
 
 
+def test_tokens_per_call_is_ignored_by_the_vllm_engine_which_streams(tmp_path):
+    text = ("mode: fully_async\nmodel:\n  path: /models/Qwen2.5-0.5B-Instruct\nrollout:\n  engine: vllm\n"
+            "  max_new_tokens: 24\ncorrection:\n  level: token\n"
+            "async:\n  partial_rollout: true\n  max_weight_staleness: 2\n  tokens_per_call: 4\n")
+    path = config_file(tmp_path, text)
+    (diagnostic,) = findings(path, code="U001")
+    assert diagnostic.key == "async.tokens_per_call" and "continuous batching" in diagnostic.message
+    assert "`rollout.engine: hf`" in diagnostic.help
+    # No calls, so no completion outlives the bound by its slices (S008 fires for the torch engine).
+    assert findings(path, code="S008") == []
+    torch_engine = ["rollout.engine=hf", "model.path=null"]
+    assert findings(path, torch_engine, code="U001") == [] and findings(path, torch_engine, code="S008")
+    # The vLLM engine slices nothing in the other modes either, where U001 already says so.
+    assert [d.key for d in findings(path, ["mode=async"], code="U001")].count("async.tokens_per_call") == 1
+
+
 def test_gpu_demand_of_colocated_actors_is_the_larger_share(tmp_path):
     text = ("resources:\n  num_gpus: 2\n  num_rollout_engines: 2\n  gpus_per_engine: 1\n  trainer_ranks: 2\n"
             "  gpus_per_trainer_rank: 1\n")

@@ -42,8 +42,12 @@ class Derived:
     docs/correction.md's evidence favours)."""
     tokens_per_call: Optional[int]
     """Most new tokens an engine call gives each request: `async.tokens_per_call` in fully_async with partial
-    rollout (without it a completion must finish under the weights it started with); None: calls run to
-    completion."""
+    rollout and the torch engine (without partial rollout a completion must finish under the weights it
+    started with; the vLLM engine streams requests instead of calls); None: calls run to completion."""
+    streams_requests: bool
+    """fully_async with `rollout.engine: vllm`: the rollouter submits each group's requests as admission lets
+    it in and collects them as they end, and the engine batches whatever is in flight (continuous batching,
+    fasync.rollout.vllm_stream); otherwise each engine call is one closed batch."""
     train_strategy: str
     """`train.strategy`, or its default by model size (fasync.memory.default_strategy)."""
 
@@ -83,6 +87,7 @@ def derive(cfg: FasyncConfig) -> Derived:
         anchor = "recompute"
     else:
         anchor = "proximal" if cfg.correction.level != "none" else "behaviour"
+    streams = cfg.mode == "fully_async" and cfg.rollout.engine == "vllm"
     return Derived(
         samples_per_rollout=samples,
         effective_global_batch_size=global_batch,
@@ -95,5 +100,7 @@ def derive(cfg: FasyncConfig) -> Derived:
         max_concurrent_samples=concurrent,
         ratio_anchor=anchor,
         train_strategy=train.strategy or default_strategy(cfg),
-        tokens_per_call=cfg.async_.tokens_per_call if cfg.mode == "fully_async" and cfg.async_.partial_rollout else None,
+        tokens_per_call=cfg.async_.tokens_per_call if not streams and cfg.mode == "fully_async"
+        and cfg.async_.partial_rollout else None,
+        streams_requests=streams,
     )

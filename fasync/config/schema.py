@@ -187,9 +187,10 @@ class AsyncConfig(Section):
     tokens_per_call: Optional[int] = Field(
         None,
         ge=1,
-        description="fully_async with partial_rollout: most new tokens one engine call generates per request. Between "
-        "calls finished groups leave the batch and new prompts join it, so a long completion does not keep a whole "
-        "call decoding for it (continuous batching, for engines without their own). Null: calls run to completion.",
+        description="fully_async with partial_rollout and the torch engine (`rollout.engine: hf`): most new tokens one "
+        "engine call generates per request. Between calls finished groups leave the batch and new prompts join it, so "
+        "a long completion does not keep a whole call decoding for it (continuous batching, for an engine without its "
+        "own; the vLLM engine streams requests instead and ignores this). Null: calls run to completion.",
     )
     stale_policy: Literal["drop", "regenerate"] = Field(
         "drop", description="fully_async: what happens to a group that became too stale to train on."

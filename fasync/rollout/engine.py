@@ -4,6 +4,10 @@ and pause/abort/resume for the fully-async driver.
 The control calls arrive from other threads than `generate` (a Ray actor with a
 control concurrency group), so the state they touch is an Event, a counter and a
 lock, and backends check `interrupted()` between decode steps.
+
+An engine that `streams` (vLLM) also takes requests while it generates: `submit` adds them to what is in
+flight and `collect` returns them as they end, which the fully_async rollouter uses for continuous batching.
+Every engine serves `generate`, one closed batch per call, which sync and async use.
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ class Continuation:
 
 
 class RolloutEngine(ABC):
+    streams = False
+    """Whether `submit` and `collect` work: requests join and leave while the engine generates."""
+
     def __init__(self) -> None:
         self._version = 0
         self._running = threading.Event()
@@ -148,6 +155,18 @@ class RolloutEngine(ABC):
                     )
             return results
 
+    def submit(self, requests: list[Generation], params: SamplingParams) -> None:
+        """Continue every request from its output so far, alongside the requests in flight; returns at once.
+        Tokens already generated count against `max_new_tokens`; each new token carries its behaviour logprob
+        and the weight version that produced it. `abort` ends the requests submitted so far; `pause` holds them
+        in the engine until `resume`, and a weight load meanwhile applies to their next tokens."""
+        raise NotImplementedError(f"{type(self).__name__} generates closed batches only (`generate`)")
+
+    def collect(self) -> list[Generation]:
+        """The submitted requests that ended since the last call, finished or aborted (with the tokens they
+        generated); waits until one has, or until none is in flight."""
+        raise NotImplementedError(f"{type(self).__name__} generates closed batches only (`generate`)")
+
     def load_weights(self, state_dict: dict, version: int) -> int:
         """Load the trainer's weights as `version`; waits for a generate call in progress. Returns the
         version the engine now serves."""
@@ -173,14 +192,15 @@ class RolloutEngine(ABC):
         generating, None for both."""
 
     def abort(self) -> None:
-        """Make the generate calls made so far return promptly (unfinished requests `abort`);
-        later calls run normally."""
+        """Make the generate calls made so far return promptly (unfinished requests `abort`), and end the
+        requests submitted so far; later calls and submissions run normally."""
         with self._abort_lock:
             self._abort_count += 1
 
     def pause(self) -> None:
         """Interrupt generation in progress and hold new calls until `resume`; returns once the
-        engine is idle."""
+        engine is idle. (A `generate` call in progress returns its requests unfinished; submitted requests
+        stay in the engine.)"""
         self._running.clear()
         with self._busy:
             pass

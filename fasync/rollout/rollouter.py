@@ -12,6 +12,13 @@ depends on changes (a drain, a delivery, a drop, a new version, the stop).
 Each engine has at most one generate call outstanding, so a weight sync only
 has to wait for (or, with partial rollout, abort) that call before loading.
 
+With the vLLM engine (`Derived.streams_requests`) an engine loop makes no calls: it submits each group's
+requests as soon as admission lets the group in, a collector task takes requests back as they end, and a
+group leaves for the queue once its last request has finished (continuous batching,
+fasync.rollout.vllm_stream). The rest is the same mechanism: a weight sync submits nothing new and waits
+until the engines hold no request (with partial rollout it aborts them first; they are resubmitted from
+their prefix under the new weights), and so does a snapshot.
+
 The queue and the run's sample ledger live in this actor, where the samples are:
 a delivery is a local put, the trainer's drain is one call that drops the groups
 too stale for the version it trains at and returns the rest with a copy of the
@@ -53,7 +60,7 @@ class RolloutState:
     pause_s: float = 0.0
     """Seconds generation was paused for weight syncs."""
     busy_s: float = 0.0
-    """Seconds the engines spent in generate calls (summed over the engines)."""
+    """Seconds the engines spent in generate calls, or holding streamed requests (summed over the engines)."""
     resumed_groups: int = 0
     """Groups a weight sync interrupted that went on from their prefix under the new weights."""
 
@@ -69,12 +76,17 @@ class Rollouter:
         self.version = 0
         self.partial = cfg.async_.partial_rollout
         self.tokens_per_call = self.derived.tokens_per_call
+        self.streaming = self.derived.streams_requests
         self.group_chunk = max(1, math.ceil(self.derived.max_concurrent_samples / self.n / len(engines)))
         self._running = asyncio.Event()
         self._running.set()
         self._stopping = False
-        self._calls = 0
-        self._calls_done = asyncio.Condition()
+        self._held: list[set[int]] = [set() for _ in engines]
+        """The request ids each engine holds now: those of its generate call in flight, or submitted to it
+        and not yet collected. A weight load and a snapshot wait until every engine holds none."""
+        self._released = asyncio.Condition()
+        self._collectors: dict[int, asyncio.Task] = {}
+        """Streaming: each engine's task that collects its requests as they end, while it holds any."""
         self._retry: deque[PromptGroup] = deque()
         self._changed = asyncio.Event()
         self.ledger = Ledger()
@@ -143,29 +155,89 @@ class Rollouter:
     async def _call(self, index: int, engine, groups: list[PromptGroup]) -> None:
         """One generate call over the groups' unfinished requests, which come back continued: finished,
         or unfinished when the call was aborted or spent its `tokens_per_call`."""
-        pending = [req for group in groups for req in group.requests if not req.finished]
+        pending = self._to_send(groups, index)
         if not pending:  # finished before a checkpoint, not yet delivered
             return
-        # Continuing tokens an older version produced is what partial rollout means by a resume.
-        self.resumed_groups += sum(
-            any(req.token_versions and req.token_versions[-1] != self.version for req in group.requests
-                if not req.finished)
-            for group in groups)
-        self._calls += 1
+        self._hold(index, pending)
         started = time.monotonic()
         try:
             results = unpack(await self._awaiting(
                 f"engine {index}'s generate call",
                 engine.generate.remote(pack(pending), self.factory.params, self.tokens_per_call)))
             # Applied before the call counts as done: a snapshot that waits for no call in flight sees them.
-            by_id = {gen.request_id: gen for gen in results}
-            for group in groups:
-                group.requests = [by_id.get(req.request_id, req) for req in group.requests]
+            self._apply(results, groups)
         finally:
             self.busy_s += time.monotonic() - started
-            self._calls -= 1
-            async with self._calls_done:
-                self._calls_done.notify_all()
+            await self._release(index, [req.request_id for req in pending])
+
+    async def _stream(self, index: int, engine, groups: list[PromptGroup]) -> None:
+        """Submit the groups' requests the engine does not hold yet (unless a sync or a snapshot pauses
+        submission), then wait until the engine's collector brings some back, or until admission may have
+        news (a drain, a delivery, a new version, the stop)."""
+        if self._running.is_set():
+            pending = self._to_send(groups, index)
+            if pending:
+                self._hold(index, pending)  # before the await: a sync or a snapshot that starts meanwhile waits
+                await self._awaiting(f"engine {index}'s submit",
+                                     engine.submit.remote(pack(pending), self.factory.params))
+        if not self._held[index]:
+            return
+        collector = self._collectors.get(index)
+        if collector is not None and collector.done():
+            collector.result()  # the engine's failure, named, if the last collector met one
+            collector = None
+        if collector is None:
+            collector = self._collectors[index] = asyncio.create_task(self._collect(index, engine))
+        changed = asyncio.create_task(self._changed.wait())
+        try:
+            await asyncio.wait([collector, changed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+        if collector.done():
+            collector.result()  # the engine's failure, named
+
+    async def _collect(self, index: int, engine) -> None:
+        """Take the engine's requests back as they end, until it holds none; apart from the engine loop, so that
+        a delivery waiting for room in the queue does not keep a sync or a snapshot waiting for the engine."""
+        started = time.monotonic()
+        try:
+            while self._held[index]:
+                ended = unpack(await self._awaiting(f"engine {index}'s generation", engine.collect.remote()))
+                self._apply(ended, self.in_flight.values())
+                await self._release(index, [gen.request_id for gen in ended])
+                self._changed.set()
+        finally:
+            self.busy_s += time.monotonic() - started
+
+    def _to_send(self, groups: list[PromptGroup], index: int) -> list:
+        """The groups' unfinished requests that engine `index` does not hold, counting the groups they resume."""
+        held = self._held[index]
+        by_group = [[req for req in group.requests if not req.finished and req.request_id not in held]
+                    for group in groups]
+        # Continuing tokens an older version produced is what partial rollout means by a resume.
+        self.resumed_groups += sum(any(req.token_versions and req.token_versions[-1] != self.version for req in reqs)
+                                   for reqs in by_group)
+        return [req for reqs in by_group for req in reqs]
+
+    @staticmethod
+    def _apply(results: list, groups) -> None:
+        """Put the engine's `results` in place of the requests they continue."""
+        by_id = {gen.request_id: gen for gen in results}
+        for group in groups:
+            group.requests = [by_id.get(req.request_id, req) for req in group.requests]
+
+    def _hold(self, index: int, requests: list) -> None:
+        self._held[index].update(req.request_id for req in requests)
+
+    async def _release(self, index: int, request_ids: list[int]) -> None:
+        self._held[index].difference_update(request_ids)
+        async with self._released:
+            self._released.notify_all()
+
+    async def _until_idle(self) -> None:
+        """Wait until no engine holds a request."""
+        async with self._released:
+            await self._released.wait_for(lambda: not any(self._held))
 
     async def _deliver(self, group: PromptGroup) -> None:
         self.factory.score(group)
@@ -185,19 +257,22 @@ class Rollouter:
         self._changed.set()
 
     async def _engine_loop(self, index: int, engine, active: list[PromptGroup]) -> None:
-        """Keep the engine's batch full: each call continues the groups in it, groups that finished
-        leave for the queue, and admission tops the batch up before the next call."""
+        """Keep the engine's batch full: each call continues the groups in it (streaming: the engine continues
+        them, and each round waits for some to end), groups that finished leave for the queue, and admission
+        tops the batch up before the next call (round)."""
+        advance = self._stream if self.streaming else self._call
         while not self._stopping:
-            await self._running.wait()
-            if self._stopping:
-                break
+            if not self._running.is_set() and not self._held[index]:
+                await self._running.wait()
+                continue
             # Cleared before looking, and no await in between: a change after the look wakes the wait.
             self._changed.clear()
-            active += self._admit(self.group_chunk - len(active))
+            if self._running.is_set():
+                active += self._admit(self.group_chunk - len(active))
             if not active:
                 await self._changed.wait()
                 continue
-            await self._call(index, engine, active)
+            await advance(index, engine, active)
             if self._stopping:
                 break
             finished = [group for group in active if group.finished]
@@ -213,8 +288,13 @@ class Rollouter:
     async def run(self) -> Ledger:
         """Generate until `stop`; returns the final ledger."""
         restored, self._restored = self._restored, []
-        await asyncio.gather(*(self._engine_loop(index, engine, restored[index:: len(self.engines)])
-                               for index, engine in enumerate(self.engines)))
+        try:
+            await asyncio.gather(*(self._engine_loop(index, engine, restored[index:: len(self.engines)])
+                                   for index, engine in enumerate(self.engines)))
+        finally:
+            # What the engines still held was dropped with its groups (`unfinished_at_stop`).
+            for collector in self._collectors.values():
+                collector.cancel()
         return self.ledger
 
     # -- control from the driver -----------------------------------------------------------------
@@ -265,14 +345,18 @@ class Rollouter:
         # about to complete, and its end is the pause point the resume starts from.
         abort = self.partial and self.tokens_per_call is None
         aborts = [engine.abort.remote() for engine in self.engines] if abort else []
+
+        def loads():
+            return [engine.load_weights.remote(weights[0], version) for engine in self.engines]
+
         # An engine runs one call at a time, in order: each load starts as soon as the call in flight has
-        # returned, without waiting for this actor to see that return first.
-        loads = [engine.load_weights.remote(weights[0], version) for engine in self.engines]
+        # returned, without waiting for this actor to see that return first. A streaming engine would load
+        # between two steps of requests still in flight: its load waits until this actor has them back.
+        sent = [] if self.streaming else loads()
         await asyncio.gather(*aborts)
-        async with self._calls_done:
-            await self._calls_done.wait_for(lambda: self._calls == 0)
+        await self._until_idle()
         served = await asyncio.gather(*(self._awaiting(f"engine {index}'s weight load (version {version})", load)
-                                        for index, load in enumerate(loads)))
+                                        for index, load in enumerate(sent or loads())))
         self.version = version
         self._running.set()
         self._changed.set()
@@ -295,8 +379,7 @@ class Rollouter:
         groups go on from their prefix under the same version."""
         self._running.clear()
         await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
-        async with self._calls_done:
-            await self._calls_done.wait_for(lambda: self._calls == 0)
+        await self._until_idle()
         engine_rngs = await asyncio.gather(*(engine.rng_state.remote() for engine in self.engines))
         snapshot = {
             "in_flight": list(self.in_flight.values()),

@@ -8,6 +8,9 @@ top-p, i.e. of the distribution sampled from, as in the torch engine. Both engin
 rule: a completion ends at one of fasync's stop ids (`SamplingParams.stop_token_ids`) or at its
 budget, and nowhere else (`ignore_eos`: vLLM would otherwise also stop at the model's own EOS ids).
 New weights arrive through `fasync.rollout.weight_transfer`.
+
+In fully_async the rollouter streams requests into the engine instead (`submit` and `collect`, continuous
+batching: `fasync.rollout.vllm_stream`, whose docstring says why a stepped `LLMEngine` and not `AsyncLLM`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from collections.abc import Callable
 from fasync.config.schema import FasyncConfig
 from fasync.errors import ConfigurationError
 from fasync.rollout.engine import Continuation, RolloutEngine
-from fasync.rollout.types import SamplingParams
+from fasync.rollout.types import Generation, SamplingParams
+from fasync.rollout.vllm_stream import RequestStream, ended_reason, sampled_logprobs, vllm_sampling
 from fasync.rollout.weight_transfer import WorkerWeights, to_blob, transport_for
 
 GPU_MEMORY_SHARE = {True: 0.4, False: 0.85}
@@ -46,6 +50,8 @@ def cpu_environment(cfg: FasyncConfig) -> dict[str, str]:
 
 
 class VLLMEngine(RolloutEngine):
+    streams = True
+
     def __init__(self, cfg: FasyncConfig, seed: int = 0):
         super().__init__()
         if cfg.model.path is None:
@@ -97,6 +103,8 @@ class VLLMEngine(RolloutEngine):
             **options,
         )
         self._request_ids = itertools.count()
+        self._stream = RequestStream(self.llm.llm_engine, self._busy, self._running, lambda: self._version,
+                                     self.llm.llm_engine.model_config.max_model_len)
 
     def _load_state_dict(self, state_dict: dict) -> None:
         """The `cpu` transport's load (the others arrive through the weight transfer calls below, driven by
@@ -104,8 +112,9 @@ class VLLMEngine(RolloutEngine):
         loaded = self.llm.collective_rpc("fasync_load_blob", args=(to_blob(state_dict.items()),))
         if any(count != len(state_dict) for count in loaded):
             raise RuntimeError(f"a vLLM worker loaded {loaded} tensors of {len(state_dict)}")
-        # Cached prefixes hold keys and values computed by the old weights.
-        self.llm.reset_prefix_cache()
+        # Cached prefixes hold keys and values computed by the old weights; requests kept in the engine across
+        # the load (a paused stream) are preempted, to recompute theirs under the new ones.
+        self.llm.reset_prefix_cache(reset_running_requests=True)
 
     # -- the `ipc` and `nccl` transports: what `fasync.rollout.weight_transfer.EngineClient` calls, through
     # the engine actor, with vLLM's payloads (plain dicts) passed on to `LLM`'s own weight transfer methods --
@@ -136,7 +145,9 @@ class VLLMEngine(RolloutEngine):
         `served_weights()` (no checksum: vLLM cannot read its weights back in the trainer's layout)."""
         try:
             self.llm.finish_weight_update()
-            self.llm.reset_prefix_cache()  # keys and values of the old weights
+            # Keys and values of the old weights; requests still in the engine (streamed ones) are preempted
+            # to recompute theirs, as after a `cpu` load.
+            self.llm.reset_prefix_cache(reset_running_requests=True)
             self._version = version
         finally:
             self._busy.release()
@@ -164,7 +175,6 @@ class VLLMEngine(RolloutEngine):
     def _continue(
         self, contexts: list[list[int]], budgets: list[int], params: SamplingParams, interrupted: Callable[[], bool]
     ) -> list[Continuation]:
-        from vllm import SamplingParams as VLLMSamplingParams
         from vllm import TokensPrompt
 
         engine = self.llm.llm_engine
@@ -176,15 +186,7 @@ class VLLMEngine(RolloutEngine):
             budget = min(budget, limit - len(context))
             if budget <= 0:
                 continue
-            engine.add_request(rid, TokensPrompt(prompt_token_ids=context), VLLMSamplingParams(
-                max_tokens=budget,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                stop_token_ids=list(params.stop_token_ids),
-                ignore_eos=True,  # fasync's stop ids only, as in the torch engine
-                logprobs=0,  # the sampled token's logprob only
-                detokenize=False,
-            ))
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=context), vllm_sampling(params, budget))
             latest[rid] = None
         while engine.has_unfinished_requests():
             if interrupted():
@@ -193,12 +195,25 @@ class VLLMEngine(RolloutEngine):
             for out in engine.step():
                 latest[out.request_id] = out
         for rid, out in latest.items():
-            completion = out.outputs[0] if out is not None else None
-            if completion is None:
+            if out is None:
                 results[rid] = Continuation([], [], "abort")
                 continue
-            tokens = list(completion.token_ids)
-            logprobs = [step[token].logprob for step, token in zip(completion.logprobs, tokens)]
-            finished = out.finished and completion.finish_reason in ("stop", "length")
-            results[rid] = Continuation(tokens, logprobs, completion.finish_reason if finished else "abort")
+            completion = out.outputs[0]
+            results[rid] = Continuation(list(completion.token_ids), sampled_logprobs(completion), ended_reason(out))
         return [results[rid] for rid in ids]
+
+    # -- fully_async: requests streamed in as the rollouter admits them ----------------------------------------
+
+    def submit(self, requests: list[Generation], params: SamplingParams) -> None:
+        self._stream.submit(requests, params)
+
+    def collect(self) -> list[Generation]:
+        return self._stream.collect()
+
+    def abort(self) -> None:
+        super().abort()
+        self._stream.abort()
+
+    def resume(self) -> None:
+        super().resume()
+        self._stream.wake()

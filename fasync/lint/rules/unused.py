@@ -29,6 +29,11 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     elif async_.max_weight_staleness is None:
         yield "async", ["stale_policy"], "with `async.max_weight_staleness` null no group is ever too stale", \
             "a staleness bound (`async.max_weight_staleness`)"
+    if cfg.mode == "fully_async" and async_.partial_rollout and rollout.engine == "vllm":
+        yield "async", ["tokens_per_call"], \
+            "in fully_async the vLLM engine takes each request as admission lets it in and batches whatever is in " \
+            "flight (continuous batching): there are no calls to slice, and a finished group leaves at once", \
+            "`rollout.engine: hf` (the torch engine, whose calls are closed batches)"
     if not rollout.dynamic_sampling or cfg.mode == "fully_async":
         yield "rollout", ["over_sampling_batch_size", "max_sampling_rounds"], \
             ("the fully_async rollouter refills continuously, without rounds" if rollout.dynamic_sampling
@@ -61,7 +66,8 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     "U001", "ignored-setting", Severity.INFO,
     summary="A setting that has no effect with the rest of this config.",
     what="Reports keys written in the config that the code ignores given the other settings: async keys in "
-    "sync mode, queue and partial-rollout keys outside fully_async, `async.tokens_per_call` without partial rollout, dynamic-sampling sizes without dynamic "
+    "sync mode, queue and partial-rollout keys outside fully_async, `async.tokens_per_call` without partial rollout "
+    "or with the vLLM engine (which streams requests in fully_async), dynamic-sampling sizes without dynamic "
     "sampling, `top_p` under greedy decoding, `train.global_batch_size` under the dynamic global batch, "
     "embedded-model keys with `model.path`, built-in-task keys with `data.path` (and JSONL keys without), "
     "weight-shaping keys with `correction.level: none`. Only keys some layer sets are reported, not defaults.",
