@@ -8,6 +8,7 @@ import inspect
 import os
 import threading
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -178,7 +179,13 @@ def test_a_gpu_placement_becomes_vllms_engine_arguments(monkeypatch, tmp_path, r
     from fasync.rollout.vllm_engine import VLLMEngine
 
     built = {}
-    monkeypatch.setattr(vllm, "LLM", lambda **kwargs: built.update(kwargs))
+
+    def recording_llm(**kwargs):
+        built.update(kwargs)
+        # What the engine reads of the LLM it built (the request stream's limit), and nothing more.
+        return SimpleNamespace(llm_engine=SimpleNamespace(model_config=SimpleNamespace(max_model_len=64)))
+
+    monkeypatch.setattr(vllm, "LLM", recording_llm)
     monkeypatch.setattr(current_platform, "is_cuda_alike", lambda: True)
     monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "0")
     cfg = FasyncConfig.model_validate({"model": {"path": str(tmp_path)}, "rollout": {"engine": "vllm"},
