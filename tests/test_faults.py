@@ -214,6 +214,9 @@ def test_a_signal_during_the_stop_skips_the_graceful_steps_and_nothing_else():
     from fasync.launch.signals import Stop, StopSignals
 
     messages: list[str] = []
+    # What restore must put back: Python's own handler, or SIG_IGN where the process was started with SIGINT
+    # ignored (a background job of a non-interactive shell).
+    before = signal.getsignal(signal.SIGINT)
     signals = StopSignals(messages.append)
     signals.install()
     try:
@@ -237,7 +240,7 @@ def test_a_signal_during_the_stop_skips_the_graceful_steps_and_nothing_else():
         assert "fasync train: skipped ending the actors" in messages and any("skipping the rest" in m for m in messages)
     finally:
         signals.restore()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_the_first_signal_of_a_started_run_asks_it_to_stop_cleanly_and_a_second_stops_it_now():
