@@ -184,10 +184,8 @@ def kept_scenario(scenario: Scenario, out: Path, target: float) -> tuple[Scenari
     """A scenario measured from the run directories an earlier invocation kept (`--from`), every repeat of
     each variant (medians, as `run_scenario` takes them), and the fewest repeats a variant has; None unless
     every variant has one."""
-    import yaml
-
     from fasync.bench.measure import measure, median_report
-    from fasync.metrics.writer import read_metrics
+    from fasync.bench.modes import read_run_dir
 
     reports, repeats = [], []
     measured_at = scenario.target if scenario.target is not None else target
@@ -197,9 +195,8 @@ def kept_scenario(scenario: Scenario, out: Path, target: float) -> tuple[Scenari
             return None
         runs = []
         for summary in run_dirs:
-            resources = (yaml.safe_load((summary.parent / "config.yaml").read_text()) or {}).get("resources", {})
-            runs.append(measure(variant.mode, 0, read_metrics(summary.parent / "metrics.jsonl"), measured_at,
-                                resources.get("num_rollout_engines", 1)))
+            records, engines = read_run_dir(summary.parent)
+            runs.append(measure(variant.mode, 0, records, measured_at, engines))
         reports.append(median_report(runs))
         repeats.append(len(runs))
     return ScenarioResult(scenario, measured_at, reports), min(repeats)

@@ -143,13 +143,19 @@ def run_variant(config: str, overrides: list[str], run_dir: Path) -> tuple[int, 
     """Train in this process (Ray started and stopped by the run unless the caller holds a session):
     exit code, step records and the number of rollout engines."""
     from fasync.launch.run import train
-    from fasync.metrics.writer import read_metrics
 
     code = train(config, overrides, run_dir=str(run_dir))
+    return (code, *read_run_dir(run_dir))
+
+
+def read_run_dir(run_dir: Path) -> tuple[list[dict], int]:
+    """A run directory's step records and its number of rollout engines (what `measure` needs of a run)."""
+    from fasync.metrics.writer import read_metrics
+
     metrics, resolved = run_dir / "metrics.jsonl", run_dir / "config.yaml"
     records = read_metrics(metrics) if metrics.exists() else []
     resources = (yaml.safe_load(resolved.read_text()) or {}).get("resources", {}) if resolved.exists() else {}
-    return code, records, resources.get("num_rollout_engines", 1)
+    return records, resources.get("num_rollout_engines", 1)
 
 
 def variant_overrides(scenario: Scenario, variant: Variant, examples: Path) -> list[str]:
