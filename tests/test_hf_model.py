@@ -44,6 +44,20 @@ def write_tiny_llama(directory, chat_template: str | None = TEMPLATE, hidden_siz
     (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 4]}))
 
 
+def write_vllm_llama(directory, seed: int = 0) -> None:
+    """The tiny Llama 128 wide with 2 heads, a head size of 64: vLLM's CPU attention supports only some head
+    sizes (rule M005), and the default's 8 is not one."""
+    write_tiny_llama(directory, hidden_size=128, heads=2, seed=seed)
+
+
+def skip_unless_vllm_cpu(why: str = "these tests run vLLM's CPU build") -> None:
+    """Skips the calling fixture where the vLLM installed is not the CPU build (a CUDA one is tests/test_vllm_gpu.py's)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        pytest.skip(why)
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tiny-llama")

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_hf_model import write_tiny_llama
+from test_hf_model import skip_unless_vllm_cpu, write_vllm_llama
 
 from fasync.config.schema import FasyncConfig
 from fasync.drivers.common import build_factory
@@ -31,12 +31,9 @@ TOLERANCE = 1e-4
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        pytest.skip("these tests run vLLM's CPU build (tests/test_vllm_gpu.py runs a CUDA one)")
+    skip_unless_vllm_cpu()
     directory = tmp_path_factory.mktemp("tiny-llama-vllm")
-    write_tiny_llama(directory, hidden_size=128, heads=2)
+    write_vllm_llama(directory)
     cfg = FasyncConfig.model_validate({"model": {"path": str(directory)}, "rollout": {"engine": "vllm"}})
     tokenizer = build_tokenizer(cfg.model, cfg.data)
     trainer_model = build_model(cfg.model, tokenizer, seed=0).eval()
@@ -138,7 +135,7 @@ def test_abort_keeps_partial_tokens_and_logprobs_and_the_rest_resumes(setup, mon
 
 def test_after_a_weight_push_logprobs_are_the_new_weights(setup, tmp_path):
     cfg, tokenizer, model, engine, model_eos = setup
-    write_tiny_llama(tmp_path, hidden_size=128, heads=2, seed=1)
+    write_vllm_llama(tmp_path, seed=1)
     other = build_model(cfg.model.model_copy(update={"path": str(tmp_path)}), tokenizer, seed=0).eval()
     params = SamplingParams(max_new_tokens=6)
     try:
@@ -195,7 +192,7 @@ def other_weights(setup, tmp_path_factory):
     """A second policy (another seed): what a weight push sends."""
     cfg, tokenizer, *_ = setup
     directory = tmp_path_factory.mktemp("tiny-llama-other")
-    write_tiny_llama(directory, hidden_size=128, heads=2, seed=1)
+    write_vllm_llama(directory, seed=1)
     return build_model(cfg.model.model_copy(update={"path": str(directory)}), tokenizer, seed=0).eval()
 
 

@@ -3,7 +3,7 @@ project has run so far (docs/gpu.md). The same checks as tests/test_vllm_engine.
 
 import pytest
 import torch
-from test_hf_model import write_tiny_llama
+from test_hf_model import write_vllm_llama
 
 pytest.importorskip("vllm")
 if not torch.cuda.is_available():
@@ -19,8 +19,8 @@ PROMPTS = ["12+3", "7", "what is 4+4?"]
 
 
 def test_generation_and_a_weight_push_on_the_gpu(tmp_path):
-    write_tiny_llama(tmp_path / "a", hidden_size=128, heads=2)
-    write_tiny_llama(tmp_path / "b", hidden_size=128, heads=2, seed=1)
+    write_vllm_llama(tmp_path / "a")
+    write_vllm_llama(tmp_path / "b", seed=1)
     cfg = FasyncConfig.model_validate({"model": {"path": str(tmp_path / "a"), "dtype": "float32"},
                                        "rollout": {"engine": "vllm"},
                                        "resources": {"num_gpus": 1, "gpus_per_engine": 1}})

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import yaml
-from test_hf_model import write_tiny_llama
+from test_hf_model import write_vllm_llama
 
 pytestmark = pytest.mark.ray
 if importlib.util.find_spec("vllm") is not None:
@@ -15,7 +15,7 @@ if importlib.util.find_spec("vllm") is not None:
 def test_a_failed_start_is_reported_as_what_failed(ray_session, tmp_path, capsys):
     from fasync.launch.run import train
 
-    write_tiny_llama(tmp_path, hidden_size=128, heads=2)
+    write_vllm_llama(tmp_path)
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
         "model": {"path": str(tmp_path)}, "rollout": {"engine": "vllm", "batch_size": 2, "n_samples_per_prompt": 2},

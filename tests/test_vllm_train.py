@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_hf_model import write_tiny_llama
+from test_hf_model import skip_unless_vllm_cpu, write_vllm_llama
 
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -35,12 +35,9 @@ def digit_first(completion, label):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        pytest.skip("these tests run vLLM's CPU build")
+    skip_unless_vllm_cpu()
     directory = tmp_path_factory.mktemp("tiny-llama-train")
-    write_tiny_llama(directory, hidden_size=128, heads=2)
+    write_vllm_llama(directory)
     return directory
 
 
