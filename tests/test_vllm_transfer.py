@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_hf_model import write_vllm_llama
 
 from fasync.rollout.engine import Continuation, RolloutEngine
 from fasync.rollout.types import Generation, SamplingParams
@@ -165,18 +166,23 @@ def test_vllms_trainer_engine_reads_the_bucketed_source_in_metadata_order():
 @pytest.mark.parametrize(("resources", "expected"), [
     ({"num_gpus": 4, "num_rollout_engines": 1, "gpus_per_engine": 2, "trainer_ranks": 2, "gpus_per_trainer_rank": 1},
      {"tensor_parallel_size": 2, "distributed_executor_backend": "ray", "enable_sleep_mode": False,
-      "backend": "nccl"}),
+      "gpu_memory_utilization": 0.85, "backend": "nccl"}),
     ({"num_gpus": 2, "num_rollout_engines": 2, "gpus_per_engine": 1, "trainer_ranks": 2, "gpus_per_trainer_rank": 1,
       "colocate": True},
      {"tensor_parallel_size": 1, "enable_sleep_mode": True, "backend": "ipc"}),
-], ids=["tp2-nccl", "colocated-ipc"])
+    # A model whose size is known: the engine takes the share of each GPU the plan leaves it, and prints.
+    ({"num_gpus": 2, "num_rollout_engines": 2, "gpus_per_engine": 1, "trainer_ranks": 2, "gpus_per_trainer_rank": 1,
+      "colocate": True, "gpu_memory_gb": 8.0},
+     {"tensor_parallel_size": 1, "enable_sleep_mode": True, "backend": "ipc"}),
+], ids=["tp2-nccl", "colocated-ipc", "colocated-planned-share"])
 def test_a_gpu_placement_becomes_vllms_engine_arguments(monkeypatch, tmp_path, resources, expected):
     import vllm
     from vllm.config import WeightTransferConfig
     from vllm.platforms import current_platform
 
     from fasync.config.schema import FasyncConfig
-    from fasync.rollout.vllm_engine import VLLMEngine
+    from fasync.launch.plan import plan_resources
+    from fasync.rollout.vllm_engine import GPU_MEMORY_SHARE, VLLMEngine
 
     built = {}
 
@@ -188,8 +194,14 @@ def test_a_gpu_placement_becomes_vllms_engine_arguments(monkeypatch, tmp_path, r
     monkeypatch.setattr(vllm, "LLM", recording_llm)
     monkeypatch.setattr(current_platform, "is_cuda_alike", lambda: True)
     monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "0")
+    if "gpu_memory_gb" in resources:
+        write_vllm_llama(tmp_path)
     cfg = FasyncConfig.model_validate({"model": {"path": str(tmp_path)}, "rollout": {"engine": "vllm"},
                                        "resources": resources})
+    planned = plan_resources(cfg).engine_memory_fraction
+    if "gpu_memory_gb" in resources:
+        assert planned is not None and 0 < planned < 1 and planned != GPU_MEMORY_SHARE[True]
+    expected.setdefault("gpu_memory_utilization", GPU_MEMORY_SHARE[True] if planned is None else planned)
     VLLMEngine(cfg)
     transfer = built.pop("weight_transfer_config")
     assert isinstance(transfer, WeightTransferConfig) and transfer.backend == expected.pop("backend")

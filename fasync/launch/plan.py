@@ -174,7 +174,7 @@ def _placement(cfg: FasyncConfig, derived: Derived) -> dict:
         group = GroupSpec("shared", tuple({"GPU": 1.0, "CPU": 2.0} for _ in range(bundles)))
         return {"groups": (group,), "engine_slots": _slots("shared", engines, tp, 0.5),
                 "trainer_slots": _slots("shared", ranks, per_rank, 0.5),
-                "engine_memory_fraction": _engine_memory_fraction(cfg, derived)}
+                "engine_memory_fraction": engine_memory_fraction(cfg, derived)}
     groups, placed = [], {}
     if tp:
         groups.append(GroupSpec("engines", tuple({"GPU": 1.0, "CPU": 1.0} for _ in range(engines * tp))))
@@ -185,7 +185,9 @@ def _placement(cfg: FasyncConfig, derived: Derived) -> dict:
     return {"groups": tuple(groups), **placed}
 
 
-def _engine_memory_fraction(cfg: FasyncConfig, derived: Derived) -> float | None:
+def engine_memory_fraction(cfg: FasyncConfig, derived: Derived) -> float | None:
+    """Colocated: the share of each GPU the trainer's memory estimate leaves to the engine (vLLM's
+    `gpu_memory_utilization`), rounded down to a hundredth; None where the model's size is not known."""
     from fasync.memory import GB, estimate
 
     found = estimate(cfg, derived)

