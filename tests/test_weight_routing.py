@@ -50,6 +50,7 @@ class Recorder:
 
     def get(self, refs, labels):
         assert len(refs) == len(labels)
+        self.waited = [*getattr(self, "waited", []), *zip(refs, labels)]
         return [self._value(ref) for ref in refs]
 
     def _value(self, ref):
@@ -124,6 +125,15 @@ def test_fully_asyncs_rollouter_hands_the_engines_what_the_transport_sent(resour
     assert driver.rollouter.calls == [([handed], 1)]
     # The engines load nothing themselves on the GPU transports: the trainer ranks have sent it.
     assert [call[0] for call in recorder.calls] == (["send_weights"] if run.transport != "cpu" else [])
+    # Finishing the sync checks what the engines serve (through the rollouter), and waits on every other rank's
+    # send under its own name: a rank whose send failed fails the sync.
+    served = (1, "sum" if run.transport == "cpu" else None)  # vLLM's engines report no checksum
+    driver._wait = lambda call, label: [served] * len(recorder.engines)
+    driver.finish_sync()
+    assert driver.pending_sync is None
+    sends = [(ref, label) for ref, label in getattr(recorder, "waited", []) if "send" in label]
+    assert sends == ([] if run.transport == "cpu" else
+                     [(("rank", 1), "trainer rank 1's weight send to the engines (nccl, version 1)")])
 
 
 def test_an_engine_handed_sent_weights_only_reports_what_it_serves():

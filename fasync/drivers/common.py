@@ -227,7 +227,8 @@ class Run:
         self._sent[version] = None
         return self.trainer.send_weights(version)
 
-    def _load_labels(self, version: int) -> list[str]:
+    def load_labels(self, version: int) -> list[str]:
+        """What each call of `push` waits for, by name (the stall watchdog's and a failure's labels)."""
         if self.transport == "cpu":
             return [f"engine {index}'s weight load (version {version})" for index in range(len(self.engines))]
         return [f"trainer rank {rank}'s weight send to the engines ({self.transport}, version {version})"
@@ -235,7 +236,7 @@ class Run:
 
     def _served(self, version: int, pushes: list) -> list[tuple[int, str | None]]:
         """What every engine serves once the `push` of `version` is done."""
-        results = self.watchdog.get(pushes, self._load_labels(version))
+        results = self.watchdog.get(pushes, self.load_labels(version))
         return results if self.transport == "cpu" else results[0].served  # rank 0 reports for every engine
 
     def verify_loads(self, version: int, served: list[tuple[int, str]]) -> None:

@@ -46,7 +46,7 @@ class FullyAsyncDriver:
         run.driver = self
         self.prefetched = None
         """The next drain's `take`, asked for as soon as this drain's groups are in."""
-        self.pending_sync: tuple[int, object] | None = None
+        self.pending_sync: tuple[int, object, tuple[list, list[str]]] | None = None
         """(version, the rollouter's `update_weights` call) of the weight sync under way."""
         self.reports: list = []
         """`report_trained` calls not yet known to have run."""
@@ -98,14 +98,21 @@ class FullyAsyncDriver:
         generation, and report it through the rollouter as on the `cpu` path)."""
         self.finish_sync()
         version = self.run.next_version()
-        weights = self.run.weights_for(version) if self.run.transport == "cpu" else self.run.push(version)[0]
-        self.pending_sync = (version, self.rollouter.update_weights.remote([weights], version))
+        if self.run.transport == "cpu":
+            weights, other_sends = self.run.weights_for(version), ([], [])
+        else:
+            # Rank 0's send reports for every engine; the other ranks' sends are waited on as well, so that one
+            # that fails fails the sync under its own name.
+            weights, *sends = self.run.push(version)
+            other_sends = (sends, self.run.load_labels(version)[1:])
+        self.pending_sync = (version, self.rollouter.update_weights.remote([weights], version), other_sends)
 
     def finish_sync(self) -> None:
         """Wait for the weight sync under way, and check what every engine serves after it."""
         if self.pending_sync is not None:
-            version, call = self.pending_sync
+            version, call, other_sends = self.pending_sync
             self.run.verify_loads(version, self._wait(call, f"the weight sync to version {version}"))
+            self.run.watchdog.get(*other_sends)
             self.pending_sync = None
 
     def describe(self, records: list[dict], state: RolloutState) -> None:
