@@ -131,15 +131,25 @@ def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str |
     if factory is None:
         return ExitCode.FAILED
     directory = rundir.choose(cfg.logging.run_dir, config_path, run_dir)
-    try:
-        lock = rundir.prepare_new(directory, _echo)
-    except RunFileError as error:
-        _echo(f"fasync train: {error}")
-        return ExitCode.FAILED
-    try:
+
+    def start() -> int:
         write_atomic(directory / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         write_atomic(directory / "plan.txt", plan.describe() + "\n")
         return _train(cfg, plan, factory, directory)
+
+    return _holding_lock(lambda: rundir.prepare_new(directory, _echo), start, refused=ExitCode.FAILED)
+
+
+def _holding_lock(acquire, run, refused: int) -> int:
+    """`run()` while holding the run directory's lock that `acquire()` takes: a run directory that cannot be
+    taken returns `refused`; a file error while running fails the run, in one line either way."""
+    try:
+        lock = acquire()
+    except RunFileError as error:
+        _echo(f"fasync train: {error}")
+        return refused
+    try:
+        return run()
     except RunFileError as error:
         _echo(f"fasync train: {error}")
         return ExitCode.FAILED
@@ -174,12 +184,7 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
     from fasync import checkpoint
     from fasync.launch import rundir
 
-    try:
-        lock = rundir.open_for_resume(directory, _echo)
-    except RunFileError as error:
-        _echo(f"fasync train: {error}")
-        return ExitCode.USAGE
-    try:
+    def resume() -> int:
         saved_config = directory / "config.yaml"
         cfg, resolved, failed = _check(config_path or str(saved_config), overrides)
         if failed is not None:
@@ -218,11 +223,8 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
         # The run's config.yaml takes the allowed changes once the run has taken up its checkpoint.
         accept = (lambda: write_atomic(saved_config, yaml.safe_dump(resolved, sort_keys=False))) if changes else None
         return _train(cfg, plan, factory, directory, resume=(found, state), on_resumed=accept)
-    except RunFileError as error:
-        _echo(f"fasync train: {error}")
-        return ExitCode.FAILED
-    finally:
-        lock.release()
+
+    return _holding_lock(lambda: rundir.open_for_resume(directory, _echo), resume, refused=ExitCode.USAGE)
 
 
 def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | None = None,
