@@ -49,7 +49,7 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m fasync.docs
 
-# Every mode of the quickstart, twice in turn, then the long tail; rewrites docs/benchmarks.md (about twelve minutes).
+# Every mode of the quickstart, twice in turn, then the long tail; rewrites docs/benchmarks.md (7 to 12 minutes).
 bench: $(STAMP)
 	$(BIN)/fasync bench configs/quickstart.yaml --repeat 2
 
