@@ -142,7 +142,7 @@ def test_a_rerun_into_the_same_directory_keeps_the_earlier_run(tmp_path):
     (out / rundir.MARKER).write_text("{}")
     (out / "metrics.jsonl").write_text('{"step": 0}\n')
     fresh = rundir.choose(None, "run.yaml", str(out))
-    rundir.prepare_new(fresh, lambda line: None).release()
+    rundir.prepare_new(fresh, tmp_path, lambda line: None).release()
     assert fresh == out and [p.name for p in out.iterdir()] == [rundir.MARKER]
     kept = [p for p in tmp_path.iterdir() if p.name.startswith("out-")]
     assert len(kept) == 1 and (kept[0] / "metrics.jsonl").read_text() == '{"step": 0}\n'
@@ -224,11 +224,20 @@ def test_reward_modules_import_from_the_config_and_working_directories_on_the_wo
     config = write_config(configs, mode="fully_async", reward={"function": "reward_next_to_config:first_digit"},
                           train={"num_rollouts": 2})
     script = Path(sys.executable).with_name("fasync")
-    result = subprocess.run([str(script), "train", str(config), "--run-dir", str(tmp_path / "out")], cwd=work,
-                            capture_output=True, text=True, timeout=300,
-                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+    def train(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(script), "train", *args], cwd=work, capture_output=True, text=True, timeout=300,
+                              env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+    result = train(str(config), "--run-dir", str(tmp_path / "out"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["outcome"] == "finished"
+    # Resumed without its config, the run still finds the reward beside the config it started from.
+    result = train("--resume", str(tmp_path / "out"), "train.num_rollouts=3",
+                   "--allow-config-change", "train.num_rollouts")
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["outcome"] == "finished" and summary["stop_reason"] == "completed all 3 rollouts"
 
 
 def test_a_nan_reward_in_an_actor_is_one_message_naming_function_prompt_and_value(tmp_path):

@@ -52,7 +52,7 @@ def test_a_stale_lock_is_taken_over_and_the_earlier_run_moved_aside(tmp_path):
     dead.wait()
     (out / rundir.LOCK).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
     said = []
-    lock = rundir.prepare_new(out, said.append)
+    lock = rundir.prepare_new(out, tmp_path, said.append)
     try:
         assert any("stale lock" in line and str(dead.pid) in line for line in said), said
         assert any("was moved to" in line for line in said)
@@ -61,6 +61,9 @@ def test_a_stale_lock_is_taken_over_and_the_earlier_run_moved_aside(tmp_path):
         kept = [p for p in tmp_path.iterdir() if p.name.startswith("out-")]
         assert len(kept) == 1 and (kept[0] / "metrics.jsonl").read_text() == '{"step": 0}\n'
         assert not (kept[0] / rundir.LOCK).exists()
+        # The new run's marker names the directory of the config it started from; a run of a release that did
+        # not record it (the marker "{}") has none.
+        assert rundir.config_dir(out) == tmp_path.resolve() and rundir.config_dir(kept[0]) is None
     finally:
         lock.release()
     assert not (out / rundir.LOCK).exists()
@@ -92,7 +95,7 @@ def test_run_dir_dot_is_the_current_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(here)
     path = rundir.choose(None, "run.yaml", ".")
     assert path == here
-    lock = rundir.prepare_new(path, lambda line: None)
+    lock = rundir.prepare_new(path, tmp_path, lambda line: None)
     lock.release()
     assert rundir.is_run(here)
 
@@ -125,7 +128,7 @@ def test_a_run_dir_the_filesystem_refuses_is_one_line_naming_the_path(tmp_path, 
 
     monkeypatch.setattr(Path, "mkdir", refuse)
     with pytest.raises(RunFileError) as raised:
-        rundir.prepare_new(tmp_path / "out", lambda line: None)
+        rundir.prepare_new(tmp_path / "out", tmp_path, lambda line: None)
     message = str(raised.value)
     assert "\n" not in message and str(tmp_path / "out") in message and words in message
 
@@ -141,7 +144,7 @@ def test_a_busy_mount_point_is_not_moved_and_says_so(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "rename", busy)
     with pytest.raises(RunFileError, match="busy") as raised:
-        rundir.prepare_new(out, lambda line: None)
+        rundir.prepare_new(out, tmp_path, lambda line: None)
     assert "\n" not in str(raised.value) and str(out) in str(raised.value)
     assert not (out / rundir.LOCK).exists()
     assert (out / "metrics.jsonl").exists()

@@ -127,7 +127,7 @@ def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str |
     if dry_run:
         _echo(plan.describe())
         return ExitCode.OK
-    factory = _factory(cfg, config_path)
+    factory = _factory(cfg, Path(config_path).parent)
     if factory is None:
         return ExitCode.FAILED
     directory = rundir.choose(cfg.logging.run_dir, config_path, run_dir)
@@ -137,7 +137,8 @@ def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str |
         write_atomic(directory / "plan.txt", plan.describe() + "\n")
         return _train(cfg, plan, factory, directory)
 
-    return _holding_lock(lambda: rundir.prepare_new(directory, _echo), start, refused=ExitCode.FAILED)
+    return _holding_lock(lambda: rundir.prepare_new(directory, Path(config_path).parent, _echo), start,
+                         refused=ExitCode.FAILED)
 
 
 def _holding_lock(acquire, run, refused: int) -> int:
@@ -157,11 +158,11 @@ def _holding_lock(acquire, run, refused: int) -> int:
         lock.release()
 
 
-def _factory(cfg: FasyncConfig, config_path: str):
+def _factory(cfg: FasyncConfig, config_dir: Path):
     from fasync.data.rewards import extend_import_path
     from fasync.errors import ConfigurationError
 
-    extend_import_path(Path(config_path).parent)
+    extend_import_path(config_dir)
     try:
         from fasync.drivers.common import build_factory
 
@@ -215,7 +216,9 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
 
         state = load_driver_state(found)  # a corrupt driver.pt fails here, before Ray starts
         plan = plan_resources(cfg)
-        factory = _factory(cfg, config_path or str(saved_config))
+        # Without a config, the reward is looked for beside the config the run started from.
+        started_from = Path(config_path).parent if config_path else rundir.config_dir(directory) or directory
+        factory = _factory(cfg, started_from)
         if factory is None:
             return ExitCode.FAILED
         _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "

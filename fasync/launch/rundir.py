@@ -2,7 +2,9 @@
 earlier run goes when a new one starts in its place.
 
 - `MARKER` (`.fasync-run`) is written first into every run directory. Only a directory holding it is ever
-  moved aside for a new run or resumed; any other non-empty directory (a project, a home) is refused.
+  moved aside for a new run or resumed; any other non-empty directory (a project, a home) is refused. It
+  records the directory of the config the run started from, where `--resume` without a config still looks
+  for a `module:function` reward.
 - `LOCK` (`.fasync-lock`) holds the pid and host of the run using the directory. It is created with
   O_EXCL, so that of two runs started together exactly one gets it; a lock whose process is gone (same host,
   pid not running) is stale and taken over, with a note. The lock is removed when the run ends; a run
@@ -121,13 +123,25 @@ def _mkdir(path: Path) -> None:
         raise RunFileError(f"cannot create the run directory {describe_os_error(path, error)}") from error
 
 
-def _mark(path: Path) -> None:
-    write_json_atomic(path / MARKER, {"fasync_run": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
+def _mark(path: Path, config_dir: Path) -> None:
+    write_json_atomic(path / MARKER, {"fasync_run": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                      "config_dir": str(config_dir.resolve())})
 
 
-def prepare_new(path: Path, echo=print) -> RunLock:
-    """Make `path` a fresh, locked run directory. An earlier fasync run there is moved aside (under its lock,
-    so that a run still using it is refused); any other non-empty directory is refused."""
+def config_dir(path: Path) -> Path | None:
+    """The directory of the config the run in `path` started from, where the marker records it (runs of
+    earlier releases do not) and it still exists."""
+    try:
+        recorded = json.loads((path / MARKER).read_text()).get("config_dir")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(recorded) if isinstance(recorded, str) and Path(recorded).is_dir() else None
+
+
+def prepare_new(path: Path, config_dir: Path, echo=print) -> RunLock:
+    """Make `path` a fresh, locked run directory for a run of the config in `config_dir`. An earlier fasync
+    run there is moved aside (under its lock, so that a run still using it is refused); any other non-empty
+    directory is refused."""
     _check_usable(path)
     if path.is_dir() and any(path.iterdir()):
         if not is_run(path):
@@ -149,7 +163,7 @@ def prepare_new(path: Path, echo=print) -> RunLock:
     _mkdir(path)
     lock = _locked(path, echo)
     try:
-        _mark(path)
+        _mark(path, config_dir)
     except RunFileError:
         lock.release()
         raise
