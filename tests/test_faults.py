@@ -145,9 +145,11 @@ def train_with(cfg: FasyncConfig, tmp_path, faults: list[str | None]) -> tuple[i
 @pytest.mark.parametrize("mode, faults, expected", [
     # sync: every rollout waits for both engines, and only engine 1's call is left.
     ("sync", [None, "hang"], "waiting for engine 1's generate call"),
-    # fully_async goes on while another engine still generates; with its only engine hung it stalls, and the
-    # rollouter, asked what it waits for, names the engine.
+    # fully_async: with its only engine hung it stalls, and the rollouter, asked what it waits for, names the
+    # engine. With another engine still generating, it goes on only until a weight sync, which waits for every
+    # engine's call in flight to end; then it stalls too, and names the hung one.
     ("fully_async", ["hang"], "the rollouter waits for engine 0's generate call"),
+    ("fully_async", [None, "hang"], "the rollouter waits for engine 1's generate call"),
 ])
 def test_a_hung_engine_trips_the_watchdog_naming_the_engine(ray_session, tmp_path, mode, faults, expected):
     cfg = tiny_config(mode=mode, resources={"num_rollout_engines": len(faults)}, train={"stall_timeout_s": 5})
