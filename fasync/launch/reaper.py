@@ -92,10 +92,14 @@ def main(driver: int) -> None:
     seen: dict[int, int] = {}
     while True:
         readable, _, _ = select.select([sys.stdin], [], [], POLL_S)
-        if readable and not os.read(sys.stdin.fileno(), 4096):
-            break  # the driver closed the pipe, or died
+        closed = bool(readable) and not os.read(sys.stdin.fileno(), 4096)  # the driver closed the pipe, or died
+        # Looked at once more after the pipe closes: `finish` keeps the driver waiting for this process, so
+        # what it started since the last look (Ray's processes, when a Ctrl-C cuts `ray.init` short) is still
+        # its descendant.
         seen.update({pid: started for pid, started in descendants(driver).items()
                      if pid != me and before.get(pid) != started})
+        if closed:
+            break
     kill_alive(seen)
 
 
