@@ -127,9 +127,9 @@ def train_with(cfg: FasyncConfig, tmp_path, faults: list[str | None]) -> tuple[i
     """`fasync train`'s run and stop path with these engines: (exit code, summary, seconds)."""
     import ray
 
-    from fasync.drivers.common import build_factory
     from fasync.launch.plan import plan_resources
     from fasync.launch.run import _train
+    from fasync.rollout.groups import build_factory
 
     engines = faulty_engines(cfg, faults)
     started = time.monotonic()

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from fasync.config.schema import FasyncConfig
-from fasync.drivers.common import build_factory
 from fasync.rollout.build import build_engine
+from fasync.rollout.groups import build_factory
 from fasync.train.batching import collate
 from fasync.train.trainer import Trainer
 

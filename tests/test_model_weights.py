@@ -12,8 +12,8 @@ from fasync.errors import ConfigurationError
 transformers = pytest.importorskip("transformers")
 from test_hf_model import write_tiny_llama  # noqa: E402
 
-from fasync.drivers.common import build_factory  # noqa: E402
 from fasync.model.weights import check_weights  # noqa: E402
+from fasync.rollout.groups import build_factory  # noqa: E402
 
 
 @pytest.fixture(scope="module")

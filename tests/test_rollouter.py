@@ -13,8 +13,8 @@ import pytest
 from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
-from fasync.drivers.common import build_factory
 from fasync.launch.wire import pack, unpack
+from fasync.rollout.groups import build_factory
 from fasync.rollout.rollouter import Rollouter
 from fasync.rollout.types import Generation
 

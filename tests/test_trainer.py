@@ -10,9 +10,9 @@ import torch
 from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
-from fasync.drivers.common import build_factory
 from fasync.model import build_tokenizer
 from fasync.rollout.build import build_engine
+from fasync.rollout.groups import build_factory
 from fasync.rollout.types import GroupId, Sample
 from fasync.train.advantages import compute_advantages
 from fasync.train.batching import collate

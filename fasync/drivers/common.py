@@ -34,27 +34,6 @@ REWARD_WINDOW = 3
 """Rollouts averaged for `train.target_reward` early stopping."""
 
 
-def build_factory(cfg: FasyncConfig) -> GroupFactory:
-    """The prompts, tokenizer and reward of a run, each checked here in the driver (the dataset against the
-    tokenizer and the context, the weight files against config.json) so that bad input stops the run before
-    Ray starts; raises ConfigurationError."""
-    from fasync.data import build_dataset
-    from fasync.data.datasets import check_prompts
-    from fasync.data.rewards import build_reward
-    from fasync.memory import model_dims
-    from fasync.model import build_tokenizer
-
-    tokenizer = build_tokenizer(cfg.model, cfg.data)
-    dataset = build_dataset(cfg.data)
-    dims = model_dims(cfg)
-    check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
-    if cfg.model.path is not None:
-        from fasync.model.weights import check_weights
-
-        check_weights(cfg.model.path)
-    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward))
-
-
 def generate(engines: list, groups: list[PromptGroup], params, watchdog: Watchdog) -> list[PromptGroup]:
     """Run every request of `groups` to completion, spreading the groups over the engines."""
     shares = [groups[i:: len(engines)] for i in range(len(engines))]

@@ -164,7 +164,7 @@ def _factory(cfg: FasyncConfig, config_dir: Path):
 
     extend_import_path(config_dir)
     try:
-        from fasync.drivers.common import build_factory
+        from fasync.rollout.groups import build_factory
 
         return build_factory(cfg)
     except ConfigurationError as error:

@@ -134,6 +134,27 @@ class GroupFactory:
             "reward must be a finite int or float: return float(...) of a number, never NaN, an infinity or text")
 
 
+def build_factory(cfg: FasyncConfig) -> GroupFactory:
+    """The prompts, tokenizer and reward of a run, each checked here in the driver (the dataset against the
+    tokenizer and the context, the weight files against config.json) so that bad input stops the run before
+    Ray starts; raises ConfigurationError."""
+    from fasync.data import build_dataset
+    from fasync.data.datasets import check_prompts
+    from fasync.data.rewards import build_reward
+    from fasync.memory import model_dims
+    from fasync.model import build_tokenizer
+
+    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    dataset = build_dataset(cfg.data)
+    dims = model_dims(cfg)
+    check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
+    if cfg.model.path is not None:
+        from fasync.model.weights import check_weights
+
+        check_weights(cfg.model.path)
+    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward))
+
+
 def zero_variance(group: PromptGroup) -> bool:
     rewards = [s.reward for s in group.samples]
     return max(rewards) - min(rewards) < 1e-9
