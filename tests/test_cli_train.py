@@ -225,17 +225,19 @@ def test_reward_modules_import_from_the_config_and_working_directories_on_the_wo
                           train={"num_rollouts": 2})
     script = Path(sys.executable).with_name("fasync")
 
-    def train(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(script), "train", *args], cwd=work, capture_output=True, text=True, timeout=300,
+    def train(*args: str, cwd: Path = work) -> subprocess.CompletedProcess:
+        return subprocess.run([str(script), "train", *args], cwd=cwd, capture_output=True, text=True, timeout=300,
                               env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
 
     result = train(str(config), "--run-dir", str(tmp_path / "out"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["outcome"] == "finished"
-    # Resumed without its config, the run still finds the reward beside the config it started from.
+    # Resumed without its config from elsewhere, the run works where it started (the helper module is found
+    # there) and finds the reward beside the config it started from.
     result = train("--resume", str(tmp_path / "out"), "train.num_rollouts=3",
-                   "--allow-config-change", "train.num_rollouts")
+                   "--allow-config-change", "train.num_rollouts", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert f"working in {work.resolve()}, where the run started" in result.stdout
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["outcome"] == "finished" and summary["stop_reason"] == "completed all 3 rollouts"
 

@@ -61,9 +61,11 @@ def test_a_stale_lock_is_taken_over_and_the_earlier_run_moved_aside(tmp_path):
         kept = [p for p in tmp_path.iterdir() if p.name.startswith("out-")]
         assert len(kept) == 1 and (kept[0] / "metrics.jsonl").read_text() == '{"step": 0}\n'
         assert not (kept[0] / rundir.LOCK).exists()
-        # The new run's marker names the directory of the config it started from; a run of a release that did
-        # not record it (the marker "{}") has none.
-        assert rundir.config_dir(out) == tmp_path.resolve() and rundir.config_dir(kept[0]) is None
+        # The new run's marker names the directory of the config it started from and the working directory;
+        # a run of a release that did not record them (the marker "{}") has neither.
+        assert rundir.recorded_dir(out, "config_dir") == tmp_path.resolve()
+        assert rundir.recorded_dir(out, "cwd") == Path.cwd()
+        assert rundir.recorded_dir(kept[0], "config_dir") is None and rundir.recorded_dir(kept[0], "cwd") is None
     finally:
         lock.release()
     assert not (out / rundir.LOCK).exists()

@@ -187,6 +187,12 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
 
     def resume() -> int:
         saved_config = directory / "config.yaml"
+        origin = rundir.recorded_dir(directory, "cwd")
+        if config_path is None and origin is not None and origin.resolve() != Path.cwd().resolve():
+            # The run's own config: its relative paths (model, data, a reward's helpers) meant what they meant
+            # where the run started.
+            _echo(f"fasync train: working in {origin}, where the run started, for its config's relative paths")
+            os.chdir(origin)
         cfg, resolved, failed = _check(config_path or str(saved_config), overrides)
         if failed is not None:
             return failed
@@ -217,8 +223,8 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
         state = load_driver_state(found)  # a corrupt driver.pt fails here, before Ray starts
         plan = plan_resources(cfg)
         # Without a config, the reward is looked for beside the config the run started from.
-        started_from = Path(config_path).parent if config_path else rundir.config_dir(directory) or directory
-        factory = _factory(cfg, started_from)
+        started_from = Path(config_path).parent if config_path else rundir.recorded_dir(directory, "config_dir")
+        factory = _factory(cfg, started_from or directory)
         if factory is None:
             return ExitCode.FAILED
         _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "

@@ -3,8 +3,8 @@ earlier run goes when a new one starts in its place.
 
 - `MARKER` (`.fasync-run`) is written first into every run directory. Only a directory holding it is ever
   moved aside for a new run or resumed; any other non-empty directory (a project, a home) is refused. It
-  records the directory of the config the run started from, where `--resume` without a config still looks
-  for a `module:function` reward.
+  records the working directory the run started in and its config's directory, so that `--resume` without a
+  config resolves relative paths and finds a `module:function` reward as the run did.
 - `LOCK` (`.fasync-lock`) holds the pid and host of the run using the directory. It is created with
   O_EXCL, so that of two runs started together exactly one gets it; a lock whose process is gone (same host,
   pid not running) is stale and taken over, with a note. The lock is removed when the run ends; a run
@@ -125,14 +125,15 @@ def _mkdir(path: Path) -> None:
 
 def _mark(path: Path, config_dir: Path) -> None:
     write_json_atomic(path / MARKER, {"fasync_run": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                                      "config_dir": str(config_dir.resolve())})
+                                      "cwd": str(Path.cwd()), "config_dir": str(config_dir.resolve())})
 
 
-def config_dir(path: Path) -> Path | None:
-    """The directory of the config the run in `path` started from, where the marker records it (runs of
-    earlier releases do not) and it still exists."""
+def recorded_dir(path: Path, key: str) -> Path | None:
+    """A directory the marker of the run in `path` records ("cwd": the working directory the run started in;
+    "config_dir": its config's directory), where it records one (runs of earlier releases do not) and it
+    still exists."""
     try:
-        recorded = json.loads((path / MARKER).read_text()).get("config_dir")
+        recorded = json.loads((path / MARKER).read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return None
     return Path(recorded) if isinstance(recorded, str) and Path(recorded).is_dir() else None
