@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import signal
 import time
 from dataclasses import replace
 
@@ -108,6 +110,10 @@ def faulty_engines(cfg: FasyncConfig, faults: list[str | None]):
         def generate(self, requests, params, token_budget=None):
             if self.fault == "hang":
                 time.sleep(3600)
+            if str(self.fault).startswith("sigterm-then-die:") and self.engine.weight_version >= 2:
+                # As a SIGTERM to the process group does: the driver is asked to stop, and Ray's processes end.
+                os.kill(int(self.fault.partition(":")[2]), signal.SIGTERM)
+                os._exit(1)
             out = super().generate(requests, params, token_budget)
             if self.fault == "nan":
                 out = pack([replace(gen, logprobs=[math.nan] * len(gen.logprobs)) for gen in unpack(out)])
@@ -160,6 +166,18 @@ def test_a_hung_engine_trips_the_watchdog_naming_the_engine(ray_session, tmp_pat
     assert expected in reason, reason
     if mode == "sync":
         assert "engine 0" not in reason, reason
+
+
+@pytest.mark.ray
+def test_actors_that_end_after_a_stop_signal_end_the_run_as_the_signal_asked(ray_session, tmp_path):
+    """A SIGTERM to the process group reaches Ray's own processes as well as the driver; when they end the actors
+    before the clean stop is done, the run still exits 143, "terminated", and says what the stop could not do."""
+    cfg = tiny_config(resources={"num_rollout_engines": 1})
+    code, summary, _ = train_with(cfg, tmp_path, [f"sigterm-then-die:{os.getpid()}"])
+    assert code == 143 and summary["outcome"] == "terminated"
+    reason = summary["stop_reason"]
+    assert re.match(r"terminated by SIGTERM at optimizer step \d+; the clean stop could not finish \(engine 0's "
+                    r"generate call failed: engine 0 died .*\), so the last checkpoint stands$", reason), reason
 
 
 @pytest.mark.ray

@@ -316,8 +316,17 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
         reason = f"failed: {getattr(error, 'cause', None) or error}"
         _echo(f"fasync train: the run {reason}")
     except Exception as error:  # noqa: BLE001 - any failure ends the run with its message
-        outcome, code, reason = "failed", ExitCode.FAILED, f"failed: {describe_failure(error)}"
-        _echo(f"fasync train: the run {reason}")
+        if run is not None and run.stop_requested is not None:
+            # The stop signal came first. A SIGTERM to the whole process group (as schedulers send it) also reaches
+            # Ray's own processes, which may end the actors before the clean stop has written its checkpoint: the
+            # run still ends as the signal asked, and says what the stop could not do.
+            outcome, code = run.stop_requested, EXIT_CODE[run.stop_requested]
+            reason = (f"{run.stop_reason} at optimizer step {run.step}; the clean stop could not finish "
+                      f"({describe_failure(error)}), so the last checkpoint stands")
+            _echo(f"fasync train: {reason}")
+        else:
+            outcome, code, reason = "failed", ExitCode.FAILED, f"failed: {describe_failure(error)}"
+            _echo(f"fasync train: the run {reason}")
     finally:
         # From here a signal only skips the graceful steps (`signals.graceful`); the summary is always written
         # and the cluster always shut down. A clean stop's checkpoint was written by the driver at the end of
