@@ -47,7 +47,8 @@ class FullyAsyncDriver:
         self.prefetched = None
         """The next drain's `take`, asked for as soon as this drain's groups are in."""
         self.pending_sync: tuple[int, object, tuple[list, list[str]]] | None = None
-        """(version, the rollouter's `update_weights` call) of the weight sync under way."""
+        """(version, the rollouter's `update_weights` call, (the other trainer ranks' sends, their labels)) of
+        the weight sync under way; the sends are none on the `cpu` transport."""
         self.reports: list = []
         """`report_trained` calls not yet known to have run."""
         self.seen = ray.get(self.rollouter.state.remote()) if run.restored else RolloutState()

@@ -127,7 +127,8 @@ def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str |
     if dry_run:
         _echo(plan.describe())
         return ExitCode.OK
-    factory = _factory(cfg, Path(config_path).parent)
+    config_dir = Path(config_path).parent
+    factory = _factory(cfg, config_dir)
     if factory is None:
         return ExitCode.FAILED
     directory = rundir.choose(cfg.logging.run_dir, config_path, run_dir)
@@ -137,8 +138,7 @@ def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str |
         write_atomic(directory / "plan.txt", plan.describe() + "\n")
         return _train(cfg, plan, factory, directory)
 
-    return _holding_lock(lambda: rundir.prepare_new(directory, Path(config_path).parent, _echo), start,
-                         refused=ExitCode.FAILED)
+    return _holding_lock(lambda: rundir.prepare_new(directory, config_dir, _echo), start, refused=ExitCode.FAILED)
 
 
 def _holding_lock(acquire, run, refused: int) -> int:
@@ -191,8 +191,12 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
         if config_path is None and origin is not None and origin.resolve() != Path.cwd().resolve():
             # The run's own config: its relative paths (model, data, a reward's helpers) meant what they meant
             # where the run started.
-            _echo(f"fasync train: working in {origin}, where the run started, for its config's relative paths")
-            os.chdir(origin)
+            try:
+                os.chdir(origin)
+                _echo(f"fasync train: working in {origin}, where the run started, for its config's relative paths")
+            except OSError as error:
+                _echo(f"fasync train: cannot work in {origin}, where the run started ({error.strerror}), so its "
+                      "config's relative paths are taken from here; resume from that directory to keep them")
         cfg, resolved, failed = _check(config_path or str(saved_config), overrides)
         if failed is not None:
             return failed
