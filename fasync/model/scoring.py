@@ -32,10 +32,16 @@ class ScoreRequest:
     """Keep the entropy's graph (only when the loss has an entropy term); otherwise it is computed detached."""
 
 
+def score_dtype(weight: Tensor) -> torch.dtype:
+    """Scores are computed in fp32 at least: bf16/fp16 logits are upcast, a float64 model (the tests that
+    compare algorithms exactly) stays in float64."""
+    return torch.promote_types(weight.dtype, torch.float32)
+
+
 def _chunk_forward(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, temperature: float):
-    """fp32 log-softmax l of one chunk's tempered logits, its exp p, and the chosen logprobs; in place, so a
-    chunk costs two [chunk, V] tensors."""
-    logprobs = torch.nn.functional.linear(hidden, weight, bias).float()
+    """Log-softmax l (fp32 at least) of one chunk's tempered logits, its exp p, and the chosen logprobs; in
+    place, so a chunk costs two [chunk, V] tensors."""
+    logprobs = torch.nn.functional.linear(hidden, weight, bias).to(score_dtype(weight))
     if temperature > 0:  # temperature 0 is greedy decoding, scored untempered (as `sampling_logprobs`)
         logprobs.div_(temperature)
     logprobs.sub_(logprobs.logsumexp(-1, keepdim=True))
@@ -62,15 +68,16 @@ class _ChunkedScores(torch.autograd.Function):
             entropies.append(_entropy(logprobs, probs))
         ctx.save_for_backward(hidden, weight, bias, targets)
         ctx.temperature, ctx.entropy_grad, ctx.chunk = temperature, entropy_grad, chunk
-        empty = hidden.new_zeros(0, dtype=torch.float32)
+        empty = hidden.new_zeros(0, dtype=score_dtype(weight))
         return torch.cat(logps) if logps else empty, torch.cat(entropies) if entropies else empty
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
         hidden, weight, bias, targets = ctx.saved_tensors
         grad_hidden = torch.zeros_like(hidden)
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
-        grad_bias = None if bias is None else torch.zeros_like(bias, dtype=torch.float32)
+        accumulate = score_dtype(weight)
+        grad_weight = torch.zeros_like(weight, dtype=accumulate)
+        grad_bias = None if bias is None else torch.zeros_like(bias, dtype=accumulate)
         scale = 1.0 / ctx.temperature if ctx.temperature > 0 else 1.0
         for start in range(0, hidden.shape[0], ctx.chunk):
             part = slice(start, start + ctx.chunk)
@@ -86,9 +93,9 @@ class _ChunkedScores(torch.autograd.Function):
             grad_logits.scatter_add_(-1, targets[part, None], g_logp)
             grad_logits = grad_logits.mul_(scale).to(weight.dtype)
             grad_hidden[part] = grad_logits @ weight
-            grad_weight += (grad_logits.t() @ hidden[part]).float()
+            grad_weight += (grad_logits.t() @ hidden[part]).to(accumulate)
             if grad_bias is not None:
-                grad_bias += grad_logits.float().sum(0)
+                grad_bias += grad_logits.to(accumulate).sum(0)
         return (grad_hidden, grad_weight.to(weight.dtype),
                 None if grad_bias is None else grad_bias.to(bias.dtype), None, None, None, None)
 
