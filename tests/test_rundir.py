@@ -177,10 +177,10 @@ def _short_writes(monkeypatch, fail_after: int):
 
 def test_a_full_disk_mid_line_cuts_metrics_back_to_the_last_whole_line(tmp_path, monkeypatch):
     writer = MetricsWriter(tmp_path, "sync")
-    writer.write({"step": 0, "loss": 0.5})
+    writer.write({"step": 0, "rollout": 0, "loss": 0.5})
     _short_writes(monkeypatch, fail_after=2)  # half the line, a quarter, then the disk is full
     with pytest.raises(RunFileError) as raised:
-        writer.write({"step": 1, "loss": 0.25})
+        writer.write({"step": 1, "rollout": 0, "loss": 0.25})
     assert "disk is full" in str(raised.value) and "metrics.jsonl" in str(raised.value)
     assert "\n" not in str(raised.value)
     text = (tmp_path / "metrics.jsonl").read_text()
