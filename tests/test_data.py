@@ -311,3 +311,14 @@ def test_advantages_refuse_a_non_finite_reward_by_name():
     for normalize in (True, False):
         with pytest.raises(ValueError, match="reward nan is not a finite number"):
             compute_advantages([1.0, float("nan")], [0, 0], "grpo", normalize)
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"prompt": ' + "[" * 100_000 + "]" * 100_000 + ', "label": "1"}', ":1: the JSON is nested too deeply to read"),
+], ids=["deeply-nested"])
+def test_records_fasync_cannot_train_on_are_refused_with_their_line(tmp_path, line, message):
+    path = tmp_path / "problems.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ConfigurationError, match=message) as info:
+        build_dataset(DataConfig(path=str(path)))
+    assert str(info.value).startswith(f"data.path: {path}:1: ") and "\n" not in str(info.value)

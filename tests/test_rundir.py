@@ -286,3 +286,11 @@ def test_a_directory_a_run_died_setting_up_is_taken_over(tmp_path):
         assert json.loads((out / rundir.LOCK).read_text())["pid"] == os.getpid()
     finally:
         lock.release()
+
+
+def test_a_run_dir_name_too_long_for_the_filesystem_is_one_clear_line(tmp_path):
+    out = tmp_path / ("a" * 300)
+    result = fasync("train", str(write_config(tmp_path)), "--run-dir", str(out))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"cannot use {out}: the name is too long; choose another --run-dir" in result.stdout
+    no_traceback(result)

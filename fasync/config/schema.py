@@ -303,9 +303,9 @@ class LintConfig(Section):
 
 
 class LengthTail(Section):
-    median: float = Field(..., gt=0.0, description="Median completion length in tokens.")
-    sigma: float = Field(1.0, gt=0.0, description="Spread of the log length (lognormal): 1 puts the 95th "
-                         "percentile at about 5× the median.")
+    median: float = Field(..., gt=0.0, allow_inf_nan=False, description="Median completion length in tokens.")
+    sigma: float = Field(1.0, gt=0.0, le=10.0, description="Spread of the log length (lognormal): 1 puts the 95th "
+                         "percentile at about 5× the median, 10 at about 10^7× (the most that is simulated).")
 
 
 def _cost(description: str, rate: bool = False):
@@ -341,7 +341,8 @@ class LearningPhase(Section):
 
 
 class SimulateConfig(Section):
-    lengths: Union[Literal["data", "run"], list[Annotated[int, Field(ge=1)]], LengthTail] = Field(
+    lengths: Union[Literal["data", "run"], Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)],
+                   LengthTail] = Field(
         "data",
         description="Completion lengths: `data` (each prompt's label, in tokens, plus the stop token, capped at "
         "`rollout.max_new_tokens`), `run` (the mean lengths of the calibration run's steps), a list to draw "

@@ -85,6 +85,9 @@ def load_jsonl(path: str, prompt_key: str, label_key: str) -> PromptDataset:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigurationError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+        except RecursionError:
+            raise ConfigurationError(f"{where}: the JSON is nested too deeply to read; a record is one object of "
+                                     "strings, e.g. {\"prompt\": \"...\", \"label\": \"...\"}") from None
         if not isinstance(record, dict):
             raise ConfigurationError(f"{where}: expected a JSON object, got {type(record).__name__}")
         for key, setting in ((prompt_key, "data.prompt_key"), (label_key, "data.label_key")):

@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -138,7 +139,15 @@ def _finished(path: Path) -> bool:
 
 
 def _check_usable(path: Path) -> None:
-    if path.exists() and not path.is_dir():
+    """A clear error for a path that cannot be a run directory: a file, a name too long, a parent not
+    searchable."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise RunFileError(f"cannot use {describe_os_error(path, error)}; choose another --run-dir") from error
+    if not stat.S_ISDIR(found.st_mode):
         raise RunFileError(f"{path}: is a file, not a directory; choose another --run-dir")
 
 
@@ -211,9 +220,9 @@ def _not_a_run(path: Path) -> RunFileError:
 
 def open_for_resume(path: Path, echo=print) -> RunLock:
     """Lock an existing run directory to resume it; a path that is not one is a clear error."""
+    _check_usable(path)
     if not path.exists():
         raise RunFileError(f"--resume {path}: no such directory")
-    _check_usable(path)
     if not is_run(path):
         raise RunFileError(f"--resume {path}: not a fasync run directory (no {MARKER}); give the directory "
                            "a `fasync train` run wrote")
