@@ -315,7 +315,10 @@ def test_advantages_refuse_a_non_finite_reward_by_name():
 
 @pytest.mark.parametrize("line, message", [
     ('{"prompt": ' + "[" * 100_000 + "]" * 100_000 + ', "label": "1"}', ":1: the JSON is nested too deeply to read"),
-], ids=["deeply-nested"])
+    ('{"prompt": "a", "label": null}', ":1: 'label' is null, but a label must be a string"),
+    ('{"prompt": "a", "label": true}', ":1: 'label' is true, but a label must be a string"),
+    ('{"prompt": "a", "label": ["b"]}', r':1: \'label\' is \["b"\], but a label must be a string'),
+], ids=["deeply-nested", "label-null", "label-bool", "label-list"])
 def test_records_fasync_cannot_train_on_are_refused_with_their_line(tmp_path, line, message):
     path = tmp_path / "problems.jsonl"
     path.write_text(line + "\n")
