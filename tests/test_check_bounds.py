@@ -37,3 +37,43 @@ def test_a_misspelt_key_of_the_length_tail_is_named_with_its_fix():
     assert result.exit_code == 1
     assert "unknown key `simulate.lengths.sgma`" in result.output
     assert "did you mean `simulate.lengths.sigma`?" in result.output
+
+
+def check(*args: str):
+    result = runner.invoke(app, ["check", *args])
+    assert isinstance(result.exception, SystemExit), result.output  # the command's own exit, no traceback
+    return result
+
+
+def test_an_endless_base_is_refused_before_it_is_read(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("extends: /dev/zero\nmode: sync\n")
+    result = check(str(config))
+    assert result.exit_code == 1
+    assert f"{config}:1:" in result.output and "cannot read `/dev/zero`: it is a character device, not a regular " \
+        "file" in result.output and "help: name a config file" in result.output
+
+
+def test_a_pipe_as_config_or_base_is_refused_without_waiting_for_a_writer(tmp_path):
+    import os
+
+    pipe = tmp_path / "pipe.yaml"
+    os.mkfifo(pipe)  # nothing ever writes to it: reading it would block forever
+    config = tmp_path / "run.yaml"
+    config.write_text("extends: pipe.yaml\n")
+    based = check(str(config))
+    assert based.exit_code == 1 and "it is a pipe, not a regular file" in based.output
+    named = check(str(pipe))
+    # The file named could not be checked: exit 2, and never "All checks passed!"
+    assert named.exit_code == 2 and "it is a pipe, not a regular file" in named.output
+    assert "write it to a file first" in named.output and "All checks passed" not in named.output
+
+
+def test_a_config_larger_than_any_config_is_refused_unread(tmp_path):
+    from fasync.config.yaml_source import MAX_CONFIG_BYTES
+
+    huge = tmp_path / "huge.yaml"
+    with huge.open("wb") as file:
+        file.truncate(MAX_CONFIG_BYTES + 1)  # sparse: no disk used
+    result = check(str(huge))
+    assert result.exit_code == 1 and f"more than the {MAX_CONFIG_BYTES >> 20} MiB a config may be" in result.output
