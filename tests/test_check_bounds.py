@@ -77,3 +77,18 @@ def test_a_config_larger_than_any_config_is_refused_unread(tmp_path):
         file.truncate(MAX_CONFIG_BYTES + 1)  # sparse: no disk used
     result = check(str(huge))
     assert result.exit_code == 1 and f"more than the {MAX_CONFIG_BYTES >> 20} MiB a config may be" in result.output
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rollout.batch_size=99999999999999999999999999", "`rollout.batch_size`: Input should be less than or equal to "
+     "65536"),
+    ("rollout.over_sampling_batch_size=100000", "`rollout.over_sampling_batch_size`: Input should be less than or "
+     "equal to 65536"),
+    ("rollout.n_samples_per_prompt=1000000", "`rollout.n_samples_per_prompt`: Input should be less than or equal to "
+     "4096"),
+], ids=["batch", "over-sampling", "group"])
+def test_a_batch_no_run_could_generate_is_refused_by_check_before_simulate_spins_on_it(override, message):
+    checked = check(str(QUICKSTART), override)
+    assert checked.exit_code == 1 and message in checked.output, checked.output
+    simulated = runner.invoke(app, ["simulate", str(QUICKSTART), override])
+    assert simulated.exit_code == 2 and message in simulated.output, simulated.output
