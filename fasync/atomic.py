@@ -94,7 +94,7 @@ class JsonlAppender:
             try:
                 os.ftruncate(self._fd, start)
             except OSError:
-                pass  # the line stays cut; `read_jsonl` skips a last line that does not parse
+                pass  # the line stays cut; `read_jsonl_lines` skips a last line that does not parse
             raise run_file_error(self.path, error, "write") from error
 
     @property
