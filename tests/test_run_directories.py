@@ -1,7 +1,7 @@
 """Every run-directory command works on every kind of run directory fasync writes (issue 32 §3): `fasync
-report`, `fasync ledger`, `fasync simulate --calibrate` and `fasync export` on runs that finished (in each mode),
-were killed, were resumed once and twice, and failed. The run directories are built once, by short real runs,
-and shared by the tests."""
+report`, `fasync ledger`, `fasync simulate --calibrate`, `fasync export` and `fasync train --resume` on runs
+that finished (in each mode), were killed, were resumed once and twice, and failed. The run directories are
+built once, by short real runs (the resumes among them), and shared by the tests."""
 
 from __future__ import annotations
 
@@ -151,3 +151,11 @@ def test_export_writes_the_newest_checkpoint_of_every_kind_of_run(runs, kind, tm
     result = runner.invoke(app, ["export", str(runs[kind]), str(tmp_path / "model")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "model" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("kind", ["fully_async", "resumed twice"])
+def test_resume_of_a_finished_run_says_so_and_starts_nothing(runs, kind):
+    result = subprocess.run([sys.executable, "-m", "fasync.cli", "train", "--resume", str(runs[kind])], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "already finished" in result.stdout and "nothing to resume" in result.stdout
