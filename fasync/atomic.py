@@ -6,6 +6,8 @@
   (disk full) is cut back to the last complete line before the error is raised.
 - `describe_os_error`: the one line a user sees when the filesystem refuses (full, read-only, busy, a
   file where a directory should be).
+- `read_jsonl_lines`: what a JSONL file of a run directory holds, line by line; a damaged line is a
+  `DamagedFileError` that names the file and line.
 
 Torch-free and dependency-free, so that any part of fasync can use it.
 """
@@ -16,6 +18,7 @@ import errno
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 
 class RunFileError(Exception):
@@ -91,7 +94,7 @@ class JsonlAppender:
             try:
                 os.ftruncate(self._fd, start)
             except OSError:
-                pass  # the line stays cut; `read_jsonl` skips a last line that does not parse
+                pass  # the line stays cut; `read_jsonl_lines` skips a last line that does not parse
             raise run_file_error(self.path, error, "write") from error
 
     @property
@@ -110,21 +113,43 @@ class JsonlAppender:
             self._fd = -1
 
 
-def read_jsonl(path: Path | str) -> list[dict]:
-    """Every complete line of a JSONL file; a last line cut short (by a crash before the truncation could
-    run) is left out."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    records = []
-    for number, line in enumerate(lines):
+class DamagedFileError(ValueError):
+    """A file of a run directory that does not read as fasync writes it. The message names the file and line
+    and says what to do, fit to print as is."""
+
+
+def read_jsonl_lines(path: Path | str, cut_last_line: Literal["skip", "refuse"] = "skip") -> list[tuple[int, object]]:
+    """(line number, value) of every non-blank line of a JSONL file. A last line a crash cut short is left out
+    (`cut_last_line="skip"`) or a DamagedFileError (`"refuse"`); any other line that is not JSON (garbage,
+    binary, nested too deeply to parse) is a DamagedFileError naming the file and line."""
+    raw = Path(path).read_bytes()
+    lines = raw.splitlines()
+    values: list[tuple[int, object]] = []
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        cut_short = number == len(lines) and not raw.endswith(b"\n")
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines) - 1:
-                break
-            raise
-    return records
+            values.append((number, json.loads(line.decode("utf-8"))))
+            continue
+        except UnicodeDecodeError:
+            problem = "not UTF-8 text (binary data)"
+        except json.JSONDecodeError as error:
+            problem = f"not a complete JSON object ({error.msg})"
+        except RecursionError:
+            problem = "nested too deeply to read"
+        if cut_short and cut_last_line == "skip":
+            break
+        hint = ("the run stopped while writing this line; remove it to use the lines before it" if cut_short
+                else "the file is damaged; fasync writes one JSON object per line")
+        raise DamagedFileError(f"{path}:{number}: {problem}; {hint}")
+    return values
+
+
+def read_jsonl(path: Path | str) -> list:
+    """Every complete line of a JSONL file; a last line cut short (by a crash before the truncation could
+    run) is left out, a damaged line elsewhere is a DamagedFileError."""
+    return [value for _, value in read_jsonl_lines(path)]
 
 
 def cut_back(path: Path | str, size: int, keep_as: Path | str) -> int:

@@ -193,11 +193,12 @@ def ledger(run_dir: Annotated[str, typer.Argument(metavar="RUN_DIR", help="A run
     """Audit a run's sample ledger across all its resumes: produced = trained + dropped + queued + in flight, no
     prompt group trained twice, every prompt drawn accounted for, drops by completion length. Exit 0: every
     invariant holds, 1: one fails, 2: no run directory."""
+    from fasync.atomic import DamagedFileError
     from fasync.metrics.ledger import audit_run
 
     try:
         result = audit_run(Path(run_dir))
-    except FileNotFoundError as error:
+    except (FileNotFoundError, DamagedFileError) as error:
         _fail(f"fasync ledger: {error}")
     typer.echo(result.describe())
     raise typer.Exit(ExitCode.OK if result.ok else ExitCode.FAILED)

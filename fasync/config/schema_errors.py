@@ -47,12 +47,45 @@ def validate(raw: dict, provenance: Provenance) -> Validation:
         return Validation(FasyncConfig.model_validate(raw), [])
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-    unknown = [tuple(e["loc"]) for e in errors if e["type"] == "extra_forbidden"]
-    invalid = [e for e in errors if e["type"] != "extra_forbidden"]
+    unknown = [_without_union_tags(raw, tuple(e["loc"])) for e in errors if e["type"] == "extra_forbidden"]
+    invalid = _in_the_branch_written([e for e in errors if e["type"] != "extra_forbidden"], raw)
     diagnostics, mapped = _unknown_keys(raw, unknown, provenance)
     diagnostics += [d for e in invalid for d in _invalid_value(e, raw, provenance)]
     partial, assumed = _partial(raw, unknown, [_present_prefix(raw, tuple(e["loc"])) for e in invalid], mapped)
     return Validation(None, diagnostics, partial, assumed)
+
+
+_OTHER_KIND = ("literal_error", "model_type", "model_attributes_type", "dict_type", "list_type", "string_type",
+               "int_type", "int_parsing", "float_type", "float_parsing", "bool_type", "bool_parsing")
+"""Errors that say only that a value is not of the kind one branch of a union takes."""
+
+
+def _in_the_branch_written(errors: list[dict], raw: dict) -> list[dict]:
+    """For a value that one branch of a union (`simulate.lengths`: a name, a list or {median, sigma}) takes in
+    kind but not in content, only that branch's errors: that `sigma` is too large, not also that the value is
+    neither 'data' nor a list."""
+    unions: dict[KeyPath, list[tuple[str, dict]]] = {}
+    for error in errors:
+        loc = tuple(error["loc"])
+        path = _present_prefix_as_written(raw, loc)
+        if len(path) < len(loc):  # pydantic names a union's branch where the input has no key
+            unions.setdefault(path, []).append((str(loc[len(path)]), error))
+    dropped = []
+    for branches in unions.values():
+        about_content = [error for _, error in branches if error["type"] not in _OTHER_KIND]
+        if len({branch for branch, _ in branches}) > 1 and about_content:
+            dropped += [error for _, error in branches if error["type"] in _OTHER_KIND]
+    return [error for error in errors if not any(error is d for d in dropped)]
+
+
+def _present_prefix_as_written(raw: Any, loc: tuple) -> KeyPath:
+    path: list = []
+    for segment in loc:
+        if not _holds(raw, segment):
+            break
+        raw = raw[segment]
+        path.append(segment)
+    return tuple(path)
 
 
 def _invalid_value(error: dict, raw: dict, provenance: Provenance) -> Iterator[Diagnostic]:
@@ -61,23 +94,33 @@ def _invalid_value(error: dict, raw: dict, provenance: Provenance) -> Iterator[D
     key = format_key(path) if path else None
     message = error["msg"].removeprefix("Value error, ")
     value = error.get("input")
-    if not isinstance(value, (dict, list)) and path == loc:
+    if not isinstance(value, (dict, list)) and len(path) == len(_without_union_tags(raw, loc)):
         message += f" (got {_short(value)})"
     yield report(problems.INVALID_VALUE, f"`{key}`: {message}" if key else message, provenance.origin(path),
                  help=_field_help(path), key=key)
 
 
+def _holds(value: Any, segment) -> bool:
+    return isinstance(value, dict) and segment in value or isinstance(value, list) and isinstance(segment, int) \
+        and 0 <= segment < len(value)
+
+
+def _without_union_tags(raw: Any, loc: tuple) -> tuple:
+    """A pydantic location without the names it gives a union's branches (`lengths.LengthTail.sigma` is
+    `lengths.sigma` in the input)."""
+    kept = []
+    for index, segment in enumerate(loc):
+        if not _holds(raw, segment) and index + 1 < len(loc) and _holds(raw, loc[index + 1]):
+            continue
+        kept.append(segment)
+        raw = raw[segment] if _holds(raw, segment) else None
+    return tuple(kept)
+
+
 def _present_prefix(raw: Any, loc: tuple) -> KeyPath:
-    """The longest prefix of a pydantic location that names a value in the input."""
-    path: list = []
-    for segment in loc:
-        if isinstance(raw, dict) and segment in raw or isinstance(raw, list) and isinstance(segment, int) \
-                and 0 <= segment < len(raw):
-            raw = raw[segment]
-            path.append(segment)
-        else:
-            break
-    return tuple(path)
+    """The longest prefix of a pydantic location that names a value in the input (a union's branch names
+    left out)."""
+    return _present_prefix_as_written(raw, _without_union_tags(raw, loc))
 
 
 def _short(value: Any) -> str:

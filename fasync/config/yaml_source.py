@@ -8,6 +8,7 @@ equal keys.
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,15 +168,49 @@ def _parse(text: bytes, file: str):
         loader.dispose()
 
 
-def read_layer(path: Path, file: str, named_at: Location | None) -> tuple[Layer | None, list[Diagnostic]]:
-    """Parse one file. `named_at` is where it was named (an `extends` entry), for file errors."""
+MAX_CONFIG_BYTES = 16 << 20
+"""The largest config file read: 16 MiB, thousands of times any real config. A larger one is refused before it is
+read (`extends: /dev/zero`-like mistakes would otherwise fill memory)."""
+
+_NOT_REGULAR = ((stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def _unreadable_reason(path: Path) -> tuple[str, str] | None:
+    """(why, hint) when `path` is not a config file fasync reads: missing, not a regular file (a pipe such as
+    `<(...)` blocks or can be read only once, a device never ends), or too large."""
     try:
-        text = path.read_bytes()
+        found = path.stat()
     except OSError as exc:
         reason = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or type(exc).__name__)
-        where = named_at or Location(file, 1, 1)
-        return None, [report(problems.FILE_NOT_FOUND, f"cannot read `{file}`: {reason}", where,
-                             help="check the path; `extends` paths are relative to the file that names them")]
+        return reason, "check the path; `extends` paths are relative to the file that names them"
+    kind = next((name for test, name in _NOT_REGULAR if test(found.st_mode)), None)
+    if kind is not None:
+        generated = " (for a generated config, such as `<(...)`, write it to a file first)" if kind == "a pipe" else ""
+        return f"it is {kind}, not a regular file", f"name a config file{generated}"
+    if found.st_size > MAX_CONFIG_BYTES:
+        return (f"it is {found.st_size >> 20} MiB, more than the {MAX_CONFIG_BYTES >> 20} MiB a config may be",
+                "name the YAML config meant; a config is a few kilobytes")
+    return None
+
+
+def read_layer(path: Path, file: str, named_at: Location | None) -> tuple[Layer | None, list[Diagnostic]]:
+    """Parse one file. `named_at` is where it was named (an `extends` entry), for file errors."""
+    problem = _unreadable_reason(path)
+    if problem is None:
+        try:
+            with path.open("rb") as stream:
+                text = stream.read(MAX_CONFIG_BYTES + 1)  # the file may have grown since it was looked at
+        except OSError as exc:
+            problem = (exc.strerror or type(exc).__name__,
+                       "check the path; `extends` paths are relative to the file that names them")
+    if problem is None and len(text) > MAX_CONFIG_BYTES:
+        problem = (f"it is more than the {MAX_CONFIG_BYTES >> 20} MiB a config may be",
+                   "name the YAML config meant; a config is a few kilobytes")
+    if problem is not None:
+        reason, hint = problem
+        return None, [report(problems.FILE_NOT_FOUND, f"cannot read `{file}`: {reason}", named_at or Location(file, 1, 1),
+                             help=hint)]
     try:
         data, builder = _parse(text, file)
     except yaml.YAMLError as exc:

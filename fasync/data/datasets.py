@@ -71,7 +71,8 @@ def read_lines(file: Path):
 
 
 def load_jsonl(path: str, prompt_key: str, label_key: str) -> PromptDataset:
-    """Problems from a JSONL file; labels that are numbers become strings. Blank lines are skipped."""
+    """Problems from a JSONL file; labels that are numbers become strings, other labels that are not strings are
+    refused. Blank lines are skipped."""
     file = Path(path)
     if not file.is_file():
         reason = "is a directory" if file.is_dir() else "does not exist"
@@ -85,6 +86,9 @@ def load_jsonl(path: str, prompt_key: str, label_key: str) -> PromptDataset:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigurationError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+        except RecursionError:
+            raise ConfigurationError(f"{where}: the JSON is nested too deeply to read; a record is one object of "
+                                     "strings, e.g. {\"prompt\": \"...\", \"label\": \"...\"}") from None
         if not isinstance(record, dict):
             raise ConfigurationError(f"{where}: expected a JSON object, got {type(record).__name__}")
         for key, setting in ((prompt_key, "data.prompt_key"), (label_key, "data.label_key")):
@@ -94,7 +98,13 @@ def load_jsonl(path: str, prompt_key: str, label_key: str) -> PromptDataset:
         prompt = record[prompt_key]
         if not isinstance(prompt, str):
             raise ConfigurationError(f"{where}: {prompt_key!r} must be a string, got {type(prompt).__name__}")
-        problems.append(Problem(prompt, str(record[label_key])))
+        label = record[label_key]
+        if isinstance(label, bool) or not isinstance(label, (str, int, float)):
+            # str() would make a label of null, true or a list into text no completion is meant to match
+            raise ConfigurationError(
+                f"{where}: {label_key!r} is {json.dumps(label)[:40]}, but a label must be a string (or a number, "
+                "taken as its text); give every record its answer, or drop records without one")
+        problems.append(Problem(prompt, str(label)))
         lines.append(number)
     if not problems:
         raise ConfigurationError(f"data.path: {path} holds no records")

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import numbers
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -144,6 +147,46 @@ def import_reward(spec: str) -> RewardFn:
     except ValueError:
         pass  # no introspectable signature (some builtins): trust the call
     return function
+
+
+MAX_REWARD = 1e30
+"""The largest reward magnitude taken. Rewards are averaged and their spread squared in the advantages, and
+the advantages are summed over a batch's tokens in float32 (whose largest number is 3.4e38): 1e30 leaves room
+for both. A larger value (1e308 overflowed the group mean) is a bug in the reward, not a scale."""
+
+
+def score(reward_fn: RewardFn, name: str, completion: str, label: str, where: str) -> float:
+    """`reward_fn(completion, label)`, which must be a finite int or float of at most `MAX_REWARD` in
+    magnitude; an exception it raises, or any other value, is a ConfigurationError naming the function, the
+    prompt (`where`) and the completion. A NaN or an infinity would train a NaN step and push NaN weights to
+    the engines, and text would be silently converted."""
+    about = f"for {where}, completion {completion[:40]!r}"
+    try:
+        value = reward_fn(completion, label)
+    except Exception as error:
+        raise ConfigurationError(f"reward.function: {name} raised {_raised(error)} {about}; a reward must return "
+                                 "a number for every completion (catch what it cannot score and return 0.0)") from error
+    except KeyboardInterrupt as error:
+        if type(error) is not KeyboardInterrupt:
+            raise  # a stop signal that reached the process while the reward ran: the run stops as it asked
+        raise ConfigurationError(f"reward.function: {name} raised {_raised(error)} {about}; a reward must return "
+                                 "a number, not stop the run (fasync's own Ctrl-C handling raises no bare "
+                                 "KeyboardInterrupt)") from error
+    finite = isinstance(value, numbers.Real) and math.isfinite(value)
+    if finite and abs(value) <= MAX_REWARD:
+        return float(value)
+    raise ConfigurationError(
+        f"reward.function: {name} returned {value!r} ({type(value).__name__}) {about}; every reward must be a "
+        "finite int or float " + (f"of at most {MAX_REWARD:g} in magnitude: scale the reward down" if finite else
+                                  f"(at most {MAX_REWARD:g} in magnitude): return float(...) of a number, never "
+                                  "NaN, an infinity or text"))
+
+
+def _raised(error: BaseException) -> str:
+    """`ValueError: bad input (at my_rewards.py:12)`: the exception and the line of the reward that raised it."""
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if len(frames) > 1 else ""
+    return f"{type(error).__name__}: {error}{where}" if str(error) else f"{type(error).__name__}{where}"
 
 
 def build_reward(reward_cfg: RewardConfig) -> RewardFn:

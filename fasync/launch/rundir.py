@@ -5,19 +5,22 @@ earlier run goes when a new one starts in its place.
   moved aside for a new run or resumed; any other non-empty directory (a project, a home) is refused. It
   records the working directory the run started in and its config's directory, so that `--resume` without a
   config resolves relative paths and finds a `module:function` reward as the run did.
-- `LOCK` (`.fasync-lock`) holds the pid and host of the run using the directory. It is created with
-  O_EXCL, so that of two runs started together exactly one gets it; a lock whose process is gone (same host,
-  pid not running) is stale and taken over, with a note. The lock is removed when the run ends; a run
-  killed with SIGKILL leaves it, and the next run or resume finds it stale.
+- `LOCK` (`.fasync-lock`) holds the pid and host of the run using the directory, and the run holds it
+  locked (`flock`) while it lasts, so that of two runs started together, or taking over one stale lock
+  together, exactly one gets it. A lock whose process is gone (same host, pid not running) is stale and
+  taken over, with a note. The lock is removed when the run ends; a run killed with SIGKILL leaves the file
+  (the kernel drops its `flock`), and the next run or resume finds it stale.
 
 Torch-free: `fasync train` uses it before Ray starts.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -51,43 +54,67 @@ def _pid_alive(pid: int) -> bool:
 
 
 class RunLock:
-    """The lock on one run directory; `release` removes it (only if it is still this process's)."""
+    """The lock on one run directory, held as an exclusive `flock` on its lock file for as long as the run
+    lasts; `release` removes the file (only if it is still the one this process locked)."""
 
     def __init__(self, directory: Path):
         self.path = directory / LOCK
-        self.held = False
+        self._fd = -1
+
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
 
     def acquire(self) -> str | None:
         """Take the lock; returns a note when a stale lock was taken over. Raises RunFileError when a live
         run holds it."""
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        note = None
-        for _ in range(2):
+        while True:
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                holder = self._holder()
-                if holder is None or not self._stale(holder):
-                    who = f"pid {holder['pid']} on {holder['host']}" if holder else "another process"
-                    raise RunFileError(
-                        f"{self.path.parent}: another fasync run ({who}) is using this run directory; wait for it "
-                        f"to end or choose another --run-dir (if that run is gone, delete {self.path})") from None
-                self.path.unlink(missing_ok=True)
-                note = (f"fasync train: took over the stale lock of pid {holder['pid']} on {holder['host']}, "
-                        "which is no longer running")
-                continue
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as error:
                 raise RunFileError(f"cannot lock the run directory: {describe_os_error(self.path, error)}") from error
-            with os.fdopen(fd, "w") as file:
-                json.dump(me, file)
-            self.held = True
-            return note
-        raise RunFileError(f"{self.path}: could not take the lock (another run took it first)")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise self._refusal(self._holder()) from None
+            except OSError as error:
+                os.close(fd)
+                raise RunFileError(f"cannot lock the run directory: {describe_os_error(self.path, error)}") from error
+            if self._still_at_path(fd):
+                break
+            os.close(fd)  # the run holding it ended and removed the file while this one waited: lock anew
+        # Only one process at a time gets here for this directory, so that looking at the holder the file
+        # names and writing this process in its place is one step: of two runs taking over a stale lock
+        # together, one gets it and the other is refused.
+        holder = self._holder()
+        if holder is not None and not self._stale(holder):
+            os.close(fd)  # a live run whose release does not hold the file locked (an earlier fasync)
+            raise self._refusal(holder)
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(me).encode())
+        self._fd = fd
+        if holder is None:
+            return None
+        return (f"fasync train: took over the stale lock of pid {holder['pid']} on {holder['host']}, which is no "
+                "longer running")
+
+    def _still_at_path(self, fd: int) -> bool:
+        try:
+            return os.path.samestat(os.fstat(fd), os.stat(self.path))
+        except OSError:
+            return False
+
+    def _refusal(self, holder: dict | None) -> RunFileError:
+        who = f"pid {holder['pid']} on {holder['host']}" if holder else "another process"
+        return RunFileError(f"{self.path.parent}: another fasync run ({who}) is using this run directory; wait for "
+                            f"it to end or choose another --run-dir (if that run is gone, delete {self.path})")
 
     def _holder(self) -> dict | None:
         try:
             holder = json.loads(self.path.read_text())
-            return holder if isinstance(holder, dict) and {"pid", "host"} <= holder.keys() else None
+            return holder if isinstance(holder, dict) and isinstance(holder.get("pid"), int) and "host" in holder else None
         except (OSError, ValueError):
             return None
 
@@ -98,10 +125,10 @@ class RunLock:
 
     def release(self) -> None:
         if self.held:
-            holder = self._holder()
-            if holder is not None and holder["pid"] == os.getpid():
-                self.path.unlink(missing_ok=True)
-            self.held = False
+            if self._still_at_path(self._fd):
+                self.path.unlink(missing_ok=True)  # while still locked: a waiting run then locks a new file
+            os.close(self._fd)
+            self._fd = -1
 
 
 def _finished(path: Path) -> bool:
@@ -112,7 +139,15 @@ def _finished(path: Path) -> bool:
 
 
 def _check_usable(path: Path) -> None:
-    if path.exists() and not path.is_dir():
+    """A clear error for a path that cannot be a run directory: a file, a name too long, a parent not
+    searchable."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise RunFileError(f"cannot use {describe_os_error(path, error)}; choose another --run-dir") from error
+    if not stat.S_ISDIR(found.st_mode):
         raise RunFileError(f"{path}: is a file, not a directory; choose another --run-dir")
 
 
@@ -145,10 +180,16 @@ def prepare_new(path: Path, config_dir: Path, echo=print) -> RunLock:
     directory is refused."""
     _check_usable(path)
     if path.is_dir() and any(path.iterdir()):
-        if not is_run(path):
-            raise RunFileError(f"{path}: is not empty and holds no fasync run (no {MARKER}); fasync only replaces "
-                               "its own run directories. Choose an empty or new --run-dir")
+        if not is_run(path) and not (path / LOCK).exists():
+            raise _not_a_run(path)
+        # Locked first: a run that is using the directory, or setting it up (locked, not marked yet), refuses.
         old_lock = _locked(path, echo)
+        if not is_run(path):
+            if [child.name for child in path.iterdir()] != [LOCK]:
+                old_lock.release()
+                raise _not_a_run(path)
+            _mark(path, config_dir)  # a run that died setting the directory up left only its lock
+            return old_lock
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime((path / MARKER).stat().st_mtime))
         kept = path.with_name(f"{path.name}-{stamp}")
         while kept.exists():
@@ -158,6 +199,7 @@ def prepare_new(path: Path, config_dir: Path, echo=print) -> RunLock:
         except OSError as error:
             old_lock.release()
             raise RunFileError(f"cannot move the previous run aside: {describe_os_error(path, error)}") from error
+        old_lock.release()
         (kept / LOCK).unlink(missing_ok=True)
         hint = "" if _finished(kept) else f" (it had not finished: `fasync train --resume {kept}` continues it)"
         echo(f"fasync train: the previous run in {path} was moved to {kept}{hint}")
@@ -171,11 +213,16 @@ def prepare_new(path: Path, config_dir: Path, echo=print) -> RunLock:
     return lock
 
 
+def _not_a_run(path: Path) -> RunFileError:
+    return RunFileError(f"{path}: is not empty and holds no fasync run (no {MARKER}); fasync only replaces its "
+                        "own run directories. Choose an empty or new --run-dir")
+
+
 def open_for_resume(path: Path, echo=print) -> RunLock:
     """Lock an existing run directory to resume it; a path that is not one is a clear error."""
+    _check_usable(path)
     if not path.exists():
         raise RunFileError(f"--resume {path}: no such directory")
-    _check_usable(path)
     if not is_run(path):
         raise RunFileError(f"--resume {path}: not a fasync run directory (no {MARKER}); give the directory "
                            "a `fasync train` run wrote")

@@ -19,6 +19,8 @@ which completion lengths the drops took.
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -229,15 +231,61 @@ class Audit:
         return "\n".join(lines)
 
 
+GROUP_ID = re.compile(r"\d+\.\d+")
+"""A group id as the journal writes it: "draw.attempt"."""
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry_problem(entry) -> str | None:
+    """What makes `entry` other than an event the driver writes, or None."""
+    if not isinstance(entry, dict):
+        return f"an event must be a JSON object, not {type(entry).__name__}"
+    event = entry.get("event")
+    if not isinstance(event, str):
+        return "the object has no \"event\" name"
+    if event in ("checkpoint", "end") and not _count(entry.get("draws")):
+        return f"the {event} event's \"draws\" must be a whole number, not {json.dumps(entry.get('draws'))[:40]}"
+    if event not in ("produced", "queued", "trained", "dropped"):
+        return None
+    ids = entry.get("ids")
+    if not isinstance(ids, list) or not all(isinstance(g, str) and GROUP_ID.fullmatch(g) for g in ids):
+        return f"the {event} event's \"ids\" must be a list of group ids \"draw.attempt\""
+    if event in ("trained", "dropped"):
+        lengths = entry.get("lengths")
+        if (not isinstance(lengths, list) or len(lengths) != len(ids)
+                or not all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in lengths)):
+            return f"the {event} event's \"lengths\" must be a list of one number per id"
+    if event == "dropped" and entry.get("reason") not in DROPPED_FROM:
+        return f"a drop's \"reason\" must be one of {', '.join(DROPPED_FROM)}, not {json.dumps(entry.get('reason'))[:40]}"
+    return None
+
+
+def read_journal(journal: Path) -> list[tuple[int, dict]]:
+    """(line number, event) of every event in a ledger.jsonl; a last line a crash cut short is left out, any
+    other line that is not an event the driver writes is a DamagedFileError naming the file and line."""
+    from fasync.atomic import DamagedFileError, read_jsonl_lines
+
+    entries = []
+    for number, entry in read_jsonl_lines(journal):
+        problem = _entry_problem(entry)
+        if problem is not None:
+            raise DamagedFileError(f"{journal}:{number}: {problem}; the journal is damaged, so the ledger cannot "
+                                   "be audited (fasync writes one event object per line)")
+        entries.append((number, entry))
+    return entries
+
+
 def audit(journal: Path, counts: dict | None = None, samples_per_group: int | None = None) -> Audit:
     """Replay ledger.jsonl. With the run's final sample `counts` (summary.json's ledger) and its
-    `samples_per_group`, also check that the journal and the counts agree."""
-    from fasync.atomic import read_jsonl
-
+    `samples_per_group`, also check that the journal and the counts agree. A damaged journal is a
+    DamagedFileError."""
     result = Audit()
     state: dict[str, str] = {}
     draws: set[int] = set()
-    for number, entry in enumerate(read_jsonl(journal), start=1):
+    for number, entry in read_journal(journal):
         event = entry.get("event")
         if event == "resume":
             result.processes += 1
@@ -302,12 +350,26 @@ def audit(journal: Path, counts: dict | None = None, samples_per_group: int | No
     return result
 
 
+def _counts_problem(counts) -> str | None:
+    """What makes summary.json's `ledger` other than the counts `Ledger.as_dict` writes, or None."""
+    if not isinstance(counts, dict):
+        return f"must be an object of sample counts, not {type(counts).__name__}"
+    for key in ("consumed", "queued", "in_flight"):
+        if not _count(counts.get(key)):
+            return f"{key!r} must be a whole number of samples, not {json.dumps(counts.get(key))[:40]}"
+    dropped = counts.get("dropped")
+    if not isinstance(dropped, dict) or not all(_count(n) for n in dropped.values()):
+        return "'dropped' must be an object of whole numbers of samples by reason"
+    return None
+
+
 def audit_run(run_dir: Path) -> Audit:
     """`audit` of a run directory's journal, checked against its summary.json when the run ended cleanly.
-    Raises FileNotFoundError (with the path) when the directory holds no journal."""
-    import json
-
+    Raises FileNotFoundError (with the path) when the directory holds no journal, DamagedFileError when the
+    journal or the summary's counts are not what fasync writes."""
     import yaml
+
+    from fasync.atomic import DamagedFileError
 
     run_dir = Path(run_dir)
     journal = run_dir / JOURNAL
@@ -320,4 +382,7 @@ def audit_run(run_dir: Path) -> Audit:
         n = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {})["rollout"]["n_samples_per_prompt"]
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no summary (a killed run): the journal alone is audited
-    return audit(journal, counts, n)
+    if counts is not None and (problem := _counts_problem(counts)):
+        raise DamagedFileError(f"{run_dir / 'summary.json'}: its \"ledger\" {problem}; the summary is damaged, "
+                               f"so the journal cannot be checked against it (move it aside to audit {JOURNAL} alone)")
+    return audit(journal, counts, n if _count(n) and n else None)

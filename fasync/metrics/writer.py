@@ -4,16 +4,20 @@ run's mode.
 
 A resumed run cuts the file back to its checkpoint (the steps after it, which the resume trains again, are
 kept in metrics.jsonl.rolled-back) and appends a marker line `{"resume": {...}}` before its own steps, so that
-the file's steps run on without a gap or a repeat. `read_metrics` leaves the markers out."""
+the file's steps run on without a gap or a repeat.
+
+`read_metrics_log` is the one reader of the file: `fasync report`, `fasync bench`, `fasync simulate --calibrate`
+and a resuming run all read it so, and get the step rows without the markers."""
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
-from fasync.atomic import JsonlAppender, read_jsonl
+from fasync.atomic import DamagedFileError, JsonlAppender, read_jsonl_lines
 from fasync.metrics.registry import check_row
 
 
@@ -69,6 +73,38 @@ class MetricsWriter:
             tracker.close(outcome)
 
 
+REQUIRED = ("step", "rollout", "wall_time")
+"""Keys every step row has: where it sits and when it was written."""
+
+
+@dataclass
+class MetricsLog:
+    rows: list[dict]
+    """The step rows, in file order."""
+    resumes: list[dict]
+    """The resume markers' contents, in file order: one per resume of the run."""
+
+
+def read_metrics_log(path: Path, cut_last_line: Literal["skip", "refuse"] = "skip") -> MetricsLog:
+    """The step rows and resume markers of a metrics.jsonl. A last line a crash cut short is skipped or refused
+    (`cut_last_line`); any other line that is not a step row or a marker is a DamagedFileError naming the file
+    and line."""
+    rows, resumes = [], []
+    for number, value in read_jsonl_lines(path, cut_last_line):
+        if not isinstance(value, dict):
+            raise DamagedFileError(f"{path}:{number}: a metrics row must be a JSON object, not "
+                                   f"{type(value).__name__}; fasync writes one object per optimizer step")
+        if isinstance(value.get("resume"), dict):
+            resumes.append(value["resume"])
+            continue
+        missing = [key for key in REQUIRED if not isinstance(value.get(key), (int, float))]
+        if missing:
+            raise DamagedFileError(f"{path}:{number}: the row has no numeric {', '.join(missing)}; is this a "
+                                   "metrics.jsonl written by `fasync train`?")
+        rows.append(value)
+    return MetricsLog(rows, resumes)
+
+
 def read_metrics(path: Path) -> list[dict]:
-    """The step rows of a metrics.jsonl, without resume markers (or a last line a crash cut short)."""
-    return [record for record in read_jsonl(path) if "resume" not in record]
+    """The step rows of a metrics.jsonl (`read_metrics_log`), a last line a crash cut short left out."""
+    return read_metrics_log(path).rows

@@ -7,7 +7,6 @@ benchmark's measurements (fasync/bench/measure.py), so the report shows the figu
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -16,9 +15,6 @@ import yaml
 
 from fasync.errors import ConfigurationError
 from fasync.metrics.registry import METRICS
-
-REQUIRED = ("step", "rollout", "wall_time")
-"""Keys every metrics row has: where it sits and when it was written."""
 
 
 class ReportError(ConfigurationError):
@@ -40,7 +36,7 @@ class Run:
     """The policy lag bound in optimizer steps (`Derived.max_lag`); None when unbounded or unknown."""
     engines: int = 1
     resumes: int = 0
-    """How many times the wall clock restarted (a resumed run appends to its metrics.jsonl)."""
+    """How many times the run was resumed (a resumed run appends to its metrics.jsonl)."""
     config: dict = field(default_factory=dict)
 
     def series(self, name: str) -> tuple[list[float], list[float], list[float]]:
@@ -64,33 +60,21 @@ def _hint_for_directory(path: Path) -> str:
     return "pass a directory `fasync train` wrote (runs/<name>-<time>/), which holds metrics.jsonl and config.yaml"
 
 
-def read_rows(metrics: Path) -> list[dict]:
-    """The rows of a metrics.jsonl; a ReportError for an empty file or a line that is not a complete row."""
-    text = metrics.read_text(encoding="utf-8", errors="replace")
-    lines = text.splitlines()
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as error:
-            last = number == len(lines) and not text.endswith("\n")
-            hint = ("the run stopped while writing this line; remove it to report the steps before it" if last
-                    else "the file is damaged; fasync writes one JSON object per line")
-            raise ReportError(f"{metrics}:{number}: not a complete JSON object ({error.msg}); {hint}") from None
-        if not isinstance(row, dict):
-            raise ReportError(f"{metrics}:{number}: a metrics row must be a JSON object, not "
-                              f"{type(row).__name__}; fasync writes one object per optimizer step")
-        missing = [key for key in REQUIRED if not isinstance(row.get(key), (int, float))]
-        if missing:
-            raise ReportError(f"{metrics}:{number}: the row has no numeric {', '.join(missing)}; is this a "
-                              "metrics.jsonl written by `fasync train`?")
-        rows.append(row)
-    if not rows:
+def read_rows(metrics: Path) -> tuple[list[dict], int]:
+    """The step rows of a metrics.jsonl (`fasync.metrics.writer.read_metrics_log`, which every command reads it
+    with) and the number of resume markers; a ReportError for an empty file or a line that is not a complete
+    row."""
+    from fasync.atomic import DamagedFileError
+    from fasync.metrics.writer import read_metrics_log
+
+    try:
+        log = read_metrics_log(metrics, cut_last_line="refuse")
+    except DamagedFileError as error:
+        raise ReportError(str(error)) from None
+    if not log.rows:
         raise ReportError(f"{metrics}: empty, the run wrote no optimizer step; it stopped before its first step "
                           "(its summary.json or the `fasync train` output says why)")
-    return rows
+    return log.rows, len(log.resumes)
 
 
 def continuous_wall_time(rows: list[dict]) -> int:
@@ -136,8 +120,9 @@ def load_run(path: str | Path, label: Optional[str] = None) -> Run:
     metrics = path / "metrics.jsonl"
     if not metrics.is_file():
         raise ReportError(f"{path}: not a run directory, it has no metrics.jsonl; {_hint_for_directory(path)}")
-    rows = read_rows(metrics)
-    resumes = continuous_wall_time(rows)
+    rows, markers = read_rows(metrics)
+    # A resumed run marks each resume and runs its clock on; runs of earlier releases restarted the clock.
+    resumes = max(markers, continuous_wall_time(rows))
     config_file = path / "config.yaml"
     raw = {}
     if config_file.is_file():

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 import random
 from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
-from fasync.errors import ConfigurationError
+from fasync.data.rewards import score
 from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams
 
 
@@ -123,15 +121,8 @@ class GroupFactory:
         return group
 
     def _reward(self, completion: str, group: PromptGroup) -> float:
-        """The reward of one completion, which must be a finite number: a NaN or an infinity would train a
-        NaN step and push NaN weights to the engines, and text would be silently converted."""
-        value = self.reward_fn(completion, group.label)
-        if isinstance(value, numbers.Real) and math.isfinite(value):
-            return float(value)
-        raise ConfigurationError(
-            f"reward.function: {self.reward_name} returned {value!r} ({type(value).__name__}) for prompt "
-            f"{group.prompt_index} ({self.dataset.location(group.prompt_index)}), completion {completion[:40]!r}; every "
-            "reward must be a finite int or float: return float(...) of a number, never NaN, an infinity or text")
+        where = f"prompt {group.prompt_index} ({self.dataset.location(group.prompt_index)})"
+        return score(self.reward_fn, self.reward_name, completion, group.label, where)
 
 
 def build_factory(cfg: FasyncConfig) -> GroupFactory:

@@ -67,6 +67,7 @@ class Calibration:
 
 def read_run(run_dir: Path) -> tuple[object, list[dict]]:
     """The run's resolved config and its metrics records; a clear error for anything missing."""
+    from fasync.atomic import DamagedFileError
     from fasync.config.loader import load_config
     from fasync.metrics.writer import read_metrics
 
@@ -82,8 +83,8 @@ def read_run(run_dir: Path) -> tuple[object, list[dict]]:
                                  f"({loaded.diagnostics[0].message})")
     try:
         records = read_metrics(metrics)
-    except ValueError as error:
-        raise ConfigurationError(f"--calibrate {metrics}: not JSON lines ({error})") from None
+    except DamagedFileError as error:
+        raise ConfigurationError(f"--calibrate: {error}") from None
     return loaded.config, records
 
 
