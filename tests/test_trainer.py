@@ -346,7 +346,7 @@ def test_dropout_in_a_hugging_face_model_does_not_make_fresh_samples_look_off_po
     engine, factory = build_engine(cfg), build_factory(cfg)
     for version in range(2):
         (record,) = trainer.train_rollout(on_policy_samples(cfg, trainer, version, engine, factory), version)
-        assert abs(record["is/kl_k3"]) < 1e-6, version
+        assert abs(record["is/kl_k3"]) < 1e-6, version  # fp32 rounding only, as in the test above
 
 
 # -- (g) a short loop whose reward rises -------------------------------------------------------------
