@@ -1,4 +1,7 @@
-"""Advantages against hand-computed values: GRPO per group, REINFORCE against the batch mean."""
+"""Advantages against hand-computed values: GRPO per group, REINFORCE against the batch mean.
+
+compute_advantages works on Python floats (float64, the same on every CPU), so rel=1e-12 leaves room for
+float64 rounding only."""
 
 import math
 

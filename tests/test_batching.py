@@ -34,6 +34,7 @@ def test_completion_layout_holds_each_sequence_completion_from_column_zero():
     batch = collate(SAMPLES, PAD)
     assert batch.completion_mask.tolist() == [[True, True, True], [True, False, False], [True, True, False]]
     assert batch.num_tokens == 6
+    # The batch stores the Python floats in fp32: one rounding, 2**-24 relative at most, inside approx's rel=1e-6.
     for row, s in enumerate(SAMPLES):
         assert batch.behaviour_logprobs[row][batch.completion_mask[row]].tolist() == pytest.approx(
             s.behaviour_logprobs)

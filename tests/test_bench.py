@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sections import tiny_sections
 
 from fasync.bench.measure import ideal_speedup, measure, median_report, time_to_target
 from fasync.bench.modes import LongTail, mode_overrides, variant_overrides
@@ -19,14 +20,11 @@ from fasync.bench.report import write_block
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "configs"
-TINY = {
-    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 16},
-    "data": {"task": "reverse", "length": 2},
-    "reward": {"function": "partial_match"},
-    "rollout": {"batch_size": 4, "n_samples_per_prompt": 4, "max_new_tokens": 2},
-    "train": {"global_batch_size": 16, "micro_batch_size": 16, "num_rollouts": 4, "target_reward": 0.9,
-              "lr": 3e-3},
-}
+BASE = tiny_sections(data={"length": 2}, rollout={"max_new_tokens": 2},
+                     train={"global_batch_size": 16, "micro_batch_size": 16, "target_reward": 0.9},
+                     logging={"progress": "auto"})
+"""The bench's base config: the tiny run on two-digit reversal, one step a rollout, stopping at a reward of
+0.9, with the live display as the schema's default leaves it."""
 BOUNDS = {"sync": 0, "async": 1, "fully_async": 2}
 
 
@@ -131,7 +129,7 @@ def test_a_base_config_without_the_mode_configs_beside_it_is_one_clear_error(tmp
     """The bench reads nothing by a path relative to the installed package: the modes' settings come from
     the configs beside the base config, and their absence is a usage error that names the directory."""
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(TINY))
+    config.write_text(yaml.safe_dump(BASE))
     result = subprocess.run([sys.executable, "-m", "fasync.cli", "bench", str(config), "--no-write"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
@@ -145,7 +143,7 @@ def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
     from fasync.bench.report import benchmark
 
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(TINY))
+    config.write_text(yaml.safe_dump(BASE))
     doc = tmp_path / "benchmarks.md"
     tail = LongTail(short=1, long=3, long_fraction=0.25, pool=64, rollouts=4, target=0.5, micro_batch_size=8,
                     slices=(2,))

@@ -1,3 +1,13 @@
+"""Off-policy correction (fasync.train.correction): weights, truncation, rejection and diagnostics.
+
+The logprobs here are float64, so weights and diagnostics are compared with approx's default (rel=1e-6) or
+tighter against values worked out in Python: float64 rounding is ~1e-16. The is/*_frac metrics are counts
+divided in fp32 (one rounding, 6e-8 relative at most), also inside the default. The properties draw their
+logprobs as float64 too: they are about the algorithm, and in fp32 a mean of 24 weights rounds by up to
+24 * 2**-24 = 1.4e-6 relative, which a CPU's reduction order decides. Only the extreme-ratio test runs in
+fp32 on purpose (its point is that clamped sums stay finite in fp32) and says why its tolerances hold.
+"""
+
 import math
 
 import pytest
@@ -173,6 +183,8 @@ def test_extreme_log_ratios_are_clamped_and_stay_finite():
     mask = torch.ones(3, 2, dtype=torch.bool)
     result = apply(train, behaviour, mask, CorrectionConfig(level="sequence", weight_upper=1e12))
     assert torch.isfinite(result.weights).all()
+    # fp32 exp(20) is correctly rounded to within 2**-24 relative; the clamped log ratios ±20 and their sum 40
+    # are exact in fp32, and their mean −40/6 rounds once (2.4e-8 relative measured).
     assert result.weights[2, 0].item() == pytest.approx(math.exp(20.0), rel=1e-5)
     assert all(math.isfinite(value) for value in result.metrics.values())
     assert result.metrics["is/kl_direct"] == pytest.approx(-40 / 6)  # −mean of the log ratios clamped to ±20
@@ -238,7 +250,7 @@ def with_a_real_token(mask: list[list[bool]]) -> torch.Tensor:
 def test_identical_policies_need_no_correction(
     batch, level, upper, lower, normalize, token_interval, sequence_interval, kl
 ):
-    logp = torch.tensor(batch[0])
+    logp = torch.tensor(batch[0], dtype=torch.float64)
     mask = with_a_real_token(batch[1])
     cfg = CorrectionConfig(
         level=level,
@@ -271,8 +283,8 @@ def test_identical_policies_need_no_correction(
     lower=st.floats(0.0, 0.5),
 )
 def test_weights_respect_truncation_bounds(batch, shift, level, upper, lower):
-    train = torch.tensor(batch[0])
-    behaviour = train + torch.tensor(shift[: train.numel()]).view_as(train)
+    train = torch.tensor(batch[0], dtype=torch.float64)
+    behaviour = train + torch.tensor(shift[: train.numel()], dtype=torch.float64).view_as(train)
     mask = with_a_real_token(batch[1])
     result = apply(
         train, behaviour, mask, CorrectionConfig(level=level, weight_upper=upper, weight_lower=lower)
@@ -291,8 +303,8 @@ def test_weights_respect_truncation_bounds(batch, shift, level, upper, lower):
     level=st.sampled_from(["token", "sequence"]),
 )
 def test_batch_normalization_gives_mean_one(batch, shift, level):
-    train = torch.tensor(batch[0])
-    behaviour = train + torch.tensor(shift[: train.numel()]).view_as(train)
+    train = torch.tensor(batch[0], dtype=torch.float64)
+    behaviour = train + torch.tensor(shift[: train.numel()], dtype=torch.float64).view_as(train)
     mask = with_a_real_token(batch[1])
     result = apply(
         train, behaviour, mask, CorrectionConfig(level=level, weight_upper=5.0, batch_normalize=True)

@@ -14,27 +14,13 @@ import threading
 import time
 
 import pytest
-from sections import with_sections
+from sections import tiny_config
 
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
 from fasync.metrics.progress import Progress
 
 pytestmark = pytest.mark.ray
-
-TINY = {
-    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 16},
-    "data": {"task": "reverse", "length": 3},
-    "reward": {"function": "partial_match"},
-    "rollout": {"batch_size": 4, "n_samples_per_prompt": 4, "max_new_tokens": 4},
-    "train": {"global_batch_size": 8, "micro_batch_size": 4, "num_rollouts": 6, "lr": 3e-3},
-    "logging": {"progress": "none"},
-}
-
-
-def tiny_config(**sections) -> FasyncConfig:
-    return FasyncConfig.model_validate(with_sections(TINY, **sections))
-
 
 def delayed_engines(cfg: FasyncConfig, max_delay_s: float, seed: int):
     import ray
@@ -113,7 +99,7 @@ def assert_ledger_balanced(run) -> None:
 
 
 def test_sync_trains_on_policy_and_accounts_for_every_sample(ray_session, tmp_path):
-    cfg = tiny_config(train={"global_batch_size": 12, "micro_batch_size": 4})
+    cfg = tiny_config(train={"global_batch_size": 12, "micro_batch_size": 4, "num_rollouts": 6})
     run = run_mode(cfg, tmp_path)
     history = run.writer.history
     assert len(history) == cfg.train.num_rollouts  # 16 samples // 12 = one step per rollout
@@ -139,8 +125,8 @@ def test_sync_lag_spans_the_steps_of_a_rollout(ray_session, tmp_path):
 @pytest.mark.parametrize("staleness, interval", [(1, 1), (2, 1), (1, 2)])
 def test_async_never_trains_beyond_the_bound(ray_session, tmp_path, monkeypatch, staleness, interval):
     slow_trainer(monkeypatch, 0.5)
-    cfg = tiny_config(mode="async", **{"async": {"max_weight_staleness": staleness,
-                                                 "update_weights_interval": interval}})
+    cfg = tiny_config(mode="async", train={"num_rollouts": 6},
+                      **{"async": {"max_weight_staleness": staleness, "update_weights_interval": interval}})
     run = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.05, seed=staleness))
     history = run.writer.history
     assert max(r["staleness_max"] for r in history) == staleness

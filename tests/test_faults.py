@@ -16,23 +16,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-from sections import with_sections
+from sections import tiny_config
 
 from fasync.config.schema import FasyncConfig
-
-TINY = {
-    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 16},
-    "data": {"task": "reverse", "length": 3},
-    "reward": {"function": "partial_match"},
-    "rollout": {"batch_size": 4, "n_samples_per_prompt": 4, "max_new_tokens": 4},
-    "train": {"global_batch_size": 8, "micro_batch_size": 4, "num_rollouts": 4, "lr": 3e-3},
-    "logging": {"progress": "none"},
-}
-
-
-def tiny_config(**sections) -> FasyncConfig:
-    return FasyncConfig.model_validate(with_sections(TINY, **sections))
-
 
 # -- NaN and inf steps -------------------------------------------------------------------------------
 

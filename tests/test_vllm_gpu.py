@@ -35,7 +35,8 @@ def test_generation_and_a_weight_push_on_the_gpu(tmp_path):
         mask = torch.ones_like(ids)
         with torch.no_grad():
             expected, _ = token_logprobs(other, ids, mask, mask.cumsum(-1) - 1)
-        # Different kernels on the GPU: close, not equal.
+        # Different kernels on the GPU: close, not equal. 2e-2 is a margin for another implementation's GPU
+        # kernels, not an fp32 ulp bound (the CPU-side tolerance audit could not run this test: no GPU).
         torch.testing.assert_close(torch.tensor(gen.logprobs), expected[0, len(gen.prompt_ids) - 1:],
                                    atol=2e-2, rtol=0)
         assert gen.token_versions == [2] * len(gen.output_ids)

@@ -71,7 +71,7 @@ def test_the_bucketed_source_yields_what_its_metadata_declares(model_dir, policy
         assert [(name, t.dtype, tuple(t.shape)) for name, t in sent] == declared
     assert {name for name, _, _ in declared} == checkpoint_names(model_dir)
     for (_, tensor), original in zip(sent, tensors.values()):
-        torch.testing.assert_close(tensor, original.to(torch.bfloat16))
+        assert torch.equal(tensor, original.to(torch.bfloat16))  # a cast, the same on any CPU
 
 
 def test_no_bucket_sent_is_alive_while_the_next_is_gathered(monkeypatch):
