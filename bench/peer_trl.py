@@ -123,7 +123,7 @@ def fasync_overrides(mode: str, model: Path, steps: int, seed: int) -> list[str]
 
 
 def run_fasync(mode: str, model: Path, out: Path, steps: int, seed: int) -> int:
-    from fasync.launch.run import train
+    from fasync.commands.train import run as train
 
     code = train(str(ROOT / "configs" / "quickstart.yaml"), fasync_overrides(mode, model, steps, seed),
                  run_dir=str(out / "run"))
@@ -135,13 +135,13 @@ def run_fasync(mode: str, model: Path, out: Path, steps: int, seed: int) -> int:
 def run_ray_alone(out: Path) -> None:
     """Start Ray as `fasync train` does for the quickstart, idle a few seconds, stop: Ray's own share of
     fasync's start-up and memory."""
+    from fasync.commands.train import start_ray
     from fasync.config.loader import load_config
-    from fasync.launch.plan import plan_resources
-    from fasync.launch.run import _init_ray
+    from fasync.launch.plan import resolve
 
     cfg = load_config(str(ROOT / "configs" / "quickstart.yaml"), []).config
     started = time.monotonic()
-    _init_ray(cfg, plan_resources(cfg))
+    start_ray(cfg, resolve(cfg).plan)
     (out / "ready").write_text(f"{time.monotonic() - started:.3f}")
     time.sleep(3)
 

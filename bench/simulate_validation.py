@@ -50,8 +50,8 @@ def _timed(action, repeats: int = 3) -> float:
 
 
 def speed_block() -> str:
+    from fasync.commands.simulate import build_report
     from fasync.config.loader import load_config
-    from fasync.simulate.command import build_report
     from fasync.simulate.costs import Costs
     from fasync.simulate.lengths import build_lengths
     from fasync.simulate.predict import simulate
@@ -74,7 +74,7 @@ def speed_block() -> str:
 
 
 def example_blocks() -> dict[str, str]:
-    from fasync.simulate.command import build_report, render_text
+    from fasync.commands.simulate import build_report, render_text
 
     examples = {
         "example-7b": ("configs/simulate/7b-8gpu.yaml",

@@ -1,4 +1,5 @@
-"""The `fasync` command line. Each command is a thin wrapper around a package function.
+"""The `fasync` command line: it parses each command's arguments and calls the command's `run` in
+`fasync.commands`, which does the work and returns the exit code.
 
 Imports stay inside the commands so that `fasync check` loads only what it uses (never torch,
 ray or vllm).
@@ -6,15 +7,11 @@ ray or vllm).
 
 from __future__ import annotations
 
-import os
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from fasync.exit_codes import ExitCode
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Launcher and linter for sync, async and fully-async RL post-training.")
@@ -61,12 +58,10 @@ def _codes(text: str | None) -> list[str] | None:
 
 
 def _fail(message: str) -> None:
-    typer.echo(message, err=True)
-    raise typer.Exit(ExitCode.USAGE)
+    """Arguments that do not make a command: say so, and exit 2."""
+    from fasync.commands import usage_error
 
-
-def _use_color() -> bool:
-    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    raise typer.Exit(usage_error(message))
 
 
 @app.command()
@@ -86,21 +81,13 @@ def check(
 ) -> None:
     """Lint config files. Exit 0: clean, 1: problems found (errors, load problems included, or warnings with
     --strict), 2: the check could not run (bad usage, a named file missing, an internal error)."""
-    from fasync.lint.engine import check_files, exit_code
-    from fasync.lint.formats import render
+    from fasync.commands import check as command
 
     files, overrides = split_targets(targets)
     if not files:
         _fail("fasync check: no config file given (arguments with `=` are overrides)")
-    try:
-        run = check_files(files, overrides, _codes(select), _codes(ignore), preflight=preflight)
-    except Exception as exc:  # noqa: BLE001 - a bug in fasync must read as "could not run", never as findings
-        _fail(f"fasync check: internal error, please report it with this config: {type(exc).__name__}: {exc}")
-    output = render(run.diagnostics, format.value, summary=not quiet, files=run.files,
-                    color=format is CheckFormat.text and _use_color())
-    if output:
-        typer.echo(output)
-    raise typer.Exit(exit_code(run, strict=strict, exit_zero=exit_zero))
+    raise typer.Exit(command.run(files, overrides, _codes(select), _codes(ignore), format.value, strict, exit_zero,
+                                 quiet, preflight))
 
 
 @app.command("rules")
@@ -108,21 +95,17 @@ def list_rules(
     format: Annotated[TableFormat, typer.Option("--format", help="Output format.")] = TableFormat.text,
 ) -> None:
     """List every diagnostic code: load problems (F...) and lint rules."""
-    from fasync.docs import rules_table
+    from fasync.commands import check as command
 
-    typer.echo(rules_table(format.value))
+    raise typer.Exit(command.rules(format.value))
 
 
 @app.command("rule")
 def explain_rule(code: Annotated[str, typer.Argument(help="A code from `fasync rules`, e.g. F006.")]) -> None:
     """Explain one rule: what it does, why it matters, a failing and a fixed example."""
-    from fasync.docs import explain
-    from fasync.lint.engine import catalogue
+    from fasync.commands import check as command
 
-    entry = catalogue().get(code.upper())
-    if entry is None:
-        _fail(f"fasync rule: unknown code {code!r}; `fasync rules` lists them")
-    typer.echo(explain(entry))
+    raise typer.Exit(command.rule(code))
 
 
 @config_app.command("show")
@@ -134,25 +117,13 @@ def config_show(
         "(what `fasync import` reads back).")] = None,
 ) -> None:
     """Print the resolved config, where each value was set, and the derived quantities."""
-    from fasync.config.loader import load_config
-    from fasync.config.show import show
-    from fasync.lint.formats import render
+    from fasync.commands import check as command
 
     files, overrides = split_targets(targets)
     if len(files) != 1:
         _fail("fasync config show: give exactly one config file")
-    result = load_config(files[0], overrides)
-    if result.config is None:
-        typer.echo(render(result.diagnostics, "text", files=1, color=_use_color()), err=True)
-        raise typer.Exit(ExitCode.FAILED if Path(files[0]).is_file() else ExitCode.USAGE)
-    if as_framework is not None:
-        from fasync.config.derived import derive
-        from fasync.migrate import express, render_expressed
-
-        expressed = express(as_framework.value, result.config, derive(result.config))
-        typer.echo(render_expressed(expressed, files[0]), nl=False)
-        return
-    typer.echo(show(result, format.value))
+    raise typer.Exit(command.config_show(files[0], overrides, format.value,
+                                         as_framework.value if as_framework is not None else None))
 
 
 @app.command()
@@ -174,7 +145,7 @@ def train(
     """Check the config, start the actors on Ray and train. Exit 0: done (or resuming a finished run), 1: problems
     in the config or a failed run, 2: bad usage, a missing config file or a --resume that is no run directory,
     130: interrupted (resumable)."""
-    from fasync.launch.run import train as run_training
+    from fasync.commands import train as command
 
     files, overrides = split_targets(targets or [])
     if resume is not None:
@@ -184,8 +155,8 @@ def train(
         _fail("fasync train: give exactly one config file")
     elif allow_config_change is not None:
         _fail("fasync train: --allow-config-change only goes with --resume")
-    raise typer.Exit(run_training(files[0] if files else None, overrides, run_dir=run_dir, dry_run=dry_run,
-                                  resume=resume, allow_config_change=_codes(allow_config_change) or []))
+    raise typer.Exit(command.run(files[0] if files else None, overrides, run_dir=run_dir, dry_run=dry_run,
+                                 resume=resume, allow_config_change=_codes(allow_config_change) or []))
 
 
 @app.command()
@@ -193,15 +164,9 @@ def ledger(run_dir: Annotated[str, typer.Argument(metavar="RUN_DIR", help="A run
     """Audit a run's sample ledger across all its resumes: produced = trained + dropped + queued + in flight, no
     prompt group trained twice, every prompt drawn accounted for, drops by completion length. Exit 0: every
     invariant holds, 1: one fails, 2: no run directory."""
-    from fasync.atomic import DamagedFileError
-    from fasync.metrics.ledger import audit_run
+    from fasync.commands import ledger as command
 
-    try:
-        result = audit_run(Path(run_dir))
-    except (FileNotFoundError, DamagedFileError) as error:
-        _fail(f"fasync ledger: {error}")
-    typer.echo(result.describe())
-    raise typer.Exit(ExitCode.OK if result.ok else ExitCode.FAILED)
+    raise typer.Exit(command.run(run_dir))
 
 
 @app.command()
@@ -214,25 +179,9 @@ def export(
     """Export a checkpoint's policy for use elsewhere: a Hugging Face model with save_pretrained (safetensors)
     and its tokenizer; the embedded model as model.safetensors and fasync_model.json. Exit 0: written, 1: the
     checkpoint cannot be used, 2: no run directory."""
-    from fasync.atomic import RunFileError
-    from fasync.errors import ConfigurationError
+    from fasync.commands import export as command
 
-    directory = Path(run_dir)
-    if not (directory / "config.yaml").is_file():
-        _fail(f"fasync export: {run_dir}: not a fasync run directory (no config.yaml)")
-    from fasync.checkpoint.state import export_run
-
-    try:
-        found, files = export_run(directory, step, Path(out))
-    except (RunFileError, ConfigurationError) as error:
-        typer.echo(f"fasync export: {error}", err=True)
-        raise typer.Exit(ExitCode.FAILED) from None
-    except OSError as error:
-        from fasync.atomic import describe_os_error
-
-        typer.echo(f"fasync export: cannot write {describe_os_error(out, error)}", err=True)
-        raise typer.Exit(ExitCode.FAILED) from None
-    typer.echo(f"fasync export: {found.path.name} (step {found.step}) written to {out}: {', '.join(files)}")
+    raise typer.Exit(command.run(run_dir, out, step))
 
 
 @app.command()
@@ -252,20 +201,13 @@ def bench(
 ) -> None:
     """Train the same task in sync, async and fully_async; report throughput, time to target, staleness,
     idle fractions and correction metrics against the ideal overlap, and write them into docs/benchmarks.md."""
-    from fasync.bench.modes import LONG_TAIL
-    from fasync.bench.report import benchmark
-    from fasync.errors import ConfigurationError
+    from fasync.commands import bench as command
 
     files, overrides = split_targets(targets or [])
     if len(files) > 1:
         _fail("fasync bench: give at most one config file")
-    try:
-        _, blocks = benchmark(files[0] if files else "configs/quickstart.yaml", overrides,
-                              out_dir=Path(out) if out else None, doc=None if no_write else Path(doc),
-                              long_tail=LONG_TAIL if long_tail else None, repeats=repeat)
-    except ConfigurationError as error:
-        _fail(str(error))
-    typer.echo("\n\n".join(blocks.values()))
+    raise typer.Exit(command.run(files[0] if files else None, overrides, out, None if no_write else doc, long_tail,
+                                 repeat))
 
 
 @app.command()
@@ -279,14 +221,9 @@ def report(
 ) -> None:
     """Chart one or several runs (reward, staleness and lag, queue and idle time, the is/ diagnostics, the time
     split) and write report.md with a summary table. Exit 0: written, 2: bad input."""
-    from fasync.report import ReportError, write_report
+    from fasync.commands import report as command
 
-    target = Path(out) if out else (Path(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("report"))
-    try:
-        written = write_report(run_dirs, target, labels=label or None)
-    except ReportError as error:
-        _fail(f"fasync report: {error}")
-    typer.echo(f"fasync report: wrote {written} and its charts")
+    raise typer.Exit(command.run(run_dirs, out, label))
 
 
 @app.command()
@@ -302,14 +239,12 @@ def simulate(
 ) -> None:
     """Predict samples/s, idle time, staleness, queue occupancy and the length bias of stale drops in each mode
     (or over a sweep), from a discrete-event simulation of the drivers. Exit 0: done, 2: bad input."""
-    from fasync.simulate.command import run
+    from fasync.commands import simulate as command
 
     files, overrides = split_targets(targets)
     if len(files) != 1:
         _fail("fasync simulate: give exactly one config file")
-    code, output = run(files[0], overrides, calibrate or [], sweep or [], format.value)
-    typer.echo(output, err=code != 0)
-    raise typer.Exit(code)
+    raise typer.Exit(command.run(files[0], overrides, calibrate or [], sweep or [], format.value))
 
 
 @app.command("import", context_settings={"ignore_unknown_options": True})
@@ -322,33 +257,17 @@ def import_(
 ) -> None:
     """Write a fasync config from another framework's settings, each value with its source, then lint it.
     Exit as `fasync check` does on the result."""
-    import tempfile
+    from fasync.commands import import_ as command
 
-    from fasync.lint.engine import check_files, exit_code
-    from fasync.lint.formats import render
-    from fasync.migrate import import_config
-
-    text, _ = import_config(framework.value, sources)
-    if out:
-        Path(out).write_text(text, encoding="utf-8")
-        target = out
-    else:
-        typer.echo(text)
-        target = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False).name
-        Path(target).write_text(text, encoding="utf-8")
-    run = check_files([target])
-    typer.echo(render(run.diagnostics, "text", files=1), err=True)
-    if not out:
-        Path(target).unlink()
-    raise typer.Exit(exit_code(run))
+    raise typer.Exit(command.run(framework.value, sources, out))
 
 
 @app.command()
 def schema() -> None:
     """Print the config's JSON Schema (draft-07) for editor completion and validation."""
-    from fasync.docs import render_schema_json
+    from fasync.commands import check as command
 
-    typer.echo(render_schema_json(), nl=False)
+    raise typer.Exit(command.schema())
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """What one GPU holds during training, estimated from the config and the model's dimensions (no torch).
 
-`fasync check` (rule H001) compares the estimate with `resources.gpu_memory_gb`, `train.strategy`'s
-default and the colocated engine's planned share (fasync.launch.plan) follow from it, and
+`fasync check` (rule H001) compares the estimate with `resources.gpu_memory_gb`, the colocated engine's
+planned share (fasync.launch.plan) follows from it, and
 scripts/gpu_smoke.sh measures a real step against it. Every figure is a count of bytes with its formula,
 so that a report can show its arithmetic. Decimal units: 1 GB = 10^9 bytes.
 
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from fasync.config.derived import GB, Derived, derive
 from fasync.config.schema import FasyncConfig
 
-GB = 1e9
 LOGIT_CHUNK_ELEMENTS = 1 << 26
 """fp32 logits per scoring chunk (256 MiB): 441 positions of a 152k vocabulary, 2,097 of a 32k one."""
 GRADIENT_BUCKET_ELEMENTS = 1 << 25
@@ -41,8 +41,6 @@ RUNTIME_BYTES = 1 * GB
 DATASET_PROMPT_TOKENS = 1024
 """The longest prompt assumed for a dataset file when `data.max_prompt_tokens` is not set."""
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-REPLICA_BYTES_PER_PARAMETER = 16
-"""fp32 weights, gradients and two AdamW moments."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +123,12 @@ def model_dims(cfg: FasyncConfig) -> ModelDims | None:
         return None
 
 
+def derive_with_model(cfg: FasyncConfig) -> tuple[ModelDims | None, Derived]:
+    """The model's dimensions (`model_dims`), and the config derived with the model's size."""
+    dims = model_dims(cfg)
+    return dims, derive(cfg, dims.parameters if dims is not None else None)
+
+
 def prompt_tokens(cfg: FasyncConfig) -> int:
     if cfg.data.max_prompt_tokens is not None:
         return cfg.data.max_prompt_tokens
@@ -139,18 +143,6 @@ def micro_batch_tokens(cfg: FasyncConfig, micro_batch_size: int) -> int:
     if cfg.train.max_tokens_per_micro_batch is not None:
         return cfg.train.max_tokens_per_micro_batch
     return micro_batch_size * (prompt_tokens(cfg) + cfg.rollout.max_new_tokens)
-
-
-def default_strategy(cfg: FasyncConfig) -> str:
-    """`train.strategy` when it is null (see its description)."""
-    res = cfg.resources
-    if res.trainer_ranks == 1 or res.gpus_per_trainer_rank == 0:
-        return "ddp"
-    dims = model_dims(cfg)
-    if dims is None:
-        return "fsdp2"
-    replica = REPLICA_BYTES_PER_PARAMETER * dims.parameters
-    return "fsdp2" if replica > res.gpu_memory_gb * GB / 4 else "ddp"
 
 
 @dataclass(frozen=True)
@@ -192,11 +184,11 @@ def engine_terms(cfg: FasyncConfig, dims: ModelDims) -> list[Term]:
     ]
 
 
-def estimate(cfg: FasyncConfig, derived, dims: ModelDims | None = None) -> MemoryEstimate | None:
+def estimate(cfg: FasyncConfig, derived: Derived, dims: ModelDims | None) -> MemoryEstimate | None:
     """Peak bytes on one trainer GPU (with its colocated engine's share), term by term, for `derived`
-    (fasync.config.derived: the strategy and micro batch size in effect)."""
+    (the strategy and micro batch size in effect) and the model's `dims` (`model_dims`; None: unknown, and so
+    is the estimate)."""
     strategy = derived.train_strategy
-    dims = dims or model_dims(cfg)
     if dims is None:
         return None
     train, res = cfg.train, cfg.resources

@@ -40,10 +40,10 @@ def _finding(result: LoadResult, code: str, key: str, message: str, help: str | 
 
 
 def _cluster(result: LoadResult) -> list[Diagnostic]:
-    from fasync.launch.plan import plan_resources
+    from fasync.launch.plan import resolve
 
     cfg = result.config
-    plan = plan_resources(cfg)
+    plan = resolve(cfg).plan
     import ray
 
     if not ray.is_initialized():

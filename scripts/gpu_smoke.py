@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
 from fasync.data.rewards import BUILTIN_REWARDS
 from fasync.data.tasks import generate_problems
+from fasync.launch.plan import resolve
 from fasync.memory import GB, RUNTIME_BYTES, estimate
 from fasync.model import build_tokenizer
 from fasync.rollout.build import build_engine
@@ -71,7 +71,7 @@ def main() -> int:
     cfg = config(properties.total_memory / GB)
     tokenizer = build_tokenizer(cfg.model, cfg.data)
     started = time.perf_counter()
-    trainer = Trainer(cfg)
+    trainer = Trainer(resolve(cfg))
     engine = build_engine(cfg, tokenizer)
     engine.load_weights(trainer.rollout_state_dict(), 0)
     parameters = sum(p.numel() for p in engine.model.parameters())
@@ -95,7 +95,8 @@ def main() -> int:
         seconds += time.perf_counter() - step_started
         tokens += sum(len(s.prompt_ids) + len(s.output_ids) for s in samples)
     peak = torch.cuda.max_memory_allocated()
-    predicted = estimate(cfg, derive(cfg))
+    resolved = resolve(cfg)
+    predicted = estimate(cfg, resolved.derived, resolved.model_dims)
     # The estimate includes a fixed allowance for the CUDA context, which max_memory_allocated does not see.
     predicted_tensors = predicted.total - RUNTIME_BYTES
 

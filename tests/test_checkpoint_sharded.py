@@ -11,6 +11,7 @@ from test_trainer_dp import SETTINGS, rollout
 from fasync.checkpoint import Checkpoint
 from fasync.checkpoint.state import load_policy, load_trainer, save_trainer
 from fasync.config.schema import FasyncConfig
+from fasync.launch.plan import resolve
 from fasync.train import distributed
 from fasync.train.trainer import Trainer
 
@@ -20,7 +21,7 @@ FSDP2 = {**SETTINGS, "train": {**SETTINGS["train"], "strategy": "fsdp2"}}
 def _rank(rank: int, world: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     cfg = FasyncConfig.model_validate({**FSDP2, "resources": {"trainer_ranks": world}})
-    trainer = Trainer(cfg, rank, world, f"tcp://127.0.0.1:{port}")
+    trainer = Trainer(resolve(cfg), rank, world, f"tcp://127.0.0.1:{port}")
     trainer.train_rollout(rollout(0), 0)
     save_trainer(trainer, out)
     weights = trainer.rollout_state_dict()
@@ -41,7 +42,7 @@ def test_an_fsdp2_checkpoint_is_sharded_and_loads_whole_into_one_process(tmp_pat
     assert model.state_dict().keys() == expected.keys()
     assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in expected.items())
 
-    single = Trainer(cfg)
+    single = Trainer(resolve(cfg))
     load_trainer(single, tmp_path)
     assert single.steps == 2 and single.rollouts == 1
     assert all(torch.equal(single.model.state_dict()[name], tensor) for name, tensor in expected.items())

@@ -106,7 +106,7 @@ MODES = {
 @pytest.mark.ray
 @pytest.mark.parametrize("mode", MODES)
 def test_each_mode_learns_and_leaves_config_metrics_and_summary(ray_session, tmp_path, mode):
-    from fasync.launch.run import train
+    from fasync.commands.train import run as train
 
     config = write_config(tmp_path, mode=mode, **MODES[mode])
     out = tmp_path / "out"
@@ -195,7 +195,7 @@ def test_a_learning_rate_the_model_cannot_take_is_refused(tmp_path):
 
 @pytest.mark.ray
 def test_a_run_whose_entropy_collapses_warns_in_metrics_and_summary(ray_session, tmp_path):
-    from fasync.launch.run import train
+    from fasync.commands.train import run as train
     from fasync.metrics.signal import STREAK_STEPS
 
     # train.lr=10 passed the check and ran to exit 0 with entropy 0 from step 1; A005 now refuses it, so the

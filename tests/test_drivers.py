@@ -56,11 +56,11 @@ def slow_trainer(monkeypatch, delay_s: float) -> None:
 
 def start_run(cfg: FasyncConfig, tmp_path, engines=None):
     from fasync.drivers.common import Run
-    from fasync.launch.plan import plan_resources
+    from fasync.launch.plan import resolve
     from fasync.rollout.groups import build_factory
 
-    plan = plan_resources(cfg)
-    return Run(cfg, derive(cfg), plan, build_factory(cfg), tmp_path, Progress(1, "none"), engines=engines)
+    resolved = resolve(cfg)
+    return Run(resolved, build_factory(resolved), tmp_path, Progress(1, "none"), engines=engines)
 
 
 def run_mode(cfg: FasyncConfig, tmp_path, engines=None):

@@ -26,6 +26,7 @@ from fasync.config.schema import FasyncConfig
 def test_a_nan_loss_skips_the_step_and_leaves_weights_and_optimizer_untouched(monkeypatch):
     from fasync.data import build_dataset
     from fasync.data.rewards import build_reward
+    from fasync.launch.plan import resolve
     from fasync.model import build_tokenizer
     from fasync.rollout.build import build_engine
     from fasync.rollout.groups import GroupFactory
@@ -35,7 +36,7 @@ def test_a_nan_loss_skips_the_step_and_leaves_weights_and_optimizer_untouched(mo
     tokenizer = build_tokenizer(cfg.model, cfg.data)
     factory = GroupFactory(cfg, tokenizer, build_dataset(cfg.data), build_reward(cfg.reward))
     engine = build_engine(cfg, tokenizer)
-    trainer = trainer_module.Trainer(cfg)
+    trainer = trainer_module.Trainer(resolve(cfg))
 
     def rollout():
         groups = factory.new_groups(cfg.rollout.batch_size)
@@ -119,14 +120,15 @@ def train_with(cfg: FasyncConfig, tmp_path, faults: list[str | None]) -> tuple[i
     """`fasync train`'s run and stop path with these engines: (exit code, summary, seconds)."""
     import ray
 
-    from fasync.launch.plan import plan_resources
-    from fasync.launch.run import _train
+    from fasync.commands.train import train
+    from fasync.launch.plan import resolve
     from fasync.rollout.groups import build_factory
 
     engines = faulty_engines(cfg, faults)
     started = time.monotonic()
     try:
-        code = _train(cfg, plan_resources(cfg), build_factory(cfg), tmp_path, engines=engines)
+        resolved = resolve(cfg)
+        code = train(resolved, build_factory(resolved), tmp_path, engines=engines)
     finally:
         for engine in engines:
             ray.kill(engine)

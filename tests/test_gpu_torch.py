@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fasync.config.schema import FasyncConfig
+from fasync.launch.plan import resolve
 from fasync.rollout.build import build_engine
 from fasync.rollout.groups import build_factory
 from fasync.train.batching import collate
@@ -23,9 +24,9 @@ def test_engine_and_trainer_agree_on_gpu_and_a_step_trains():
         "train": {"global_batch_size": 32, "micro_batch_size": 16},
         "resources": {"gpus_per_engine": 1, "gpus_per_trainer_rank": 1},
     })
-    factory = build_factory(cfg)
+    factory = build_factory(resolve(cfg))
     engine = build_engine(cfg)
-    trainer = Trainer(cfg)
+    trainer = Trainer(resolve(cfg))
     assert next(trainer.model.parameters()).is_cuda
     groups = factory.new_groups(cfg.rollout.batch_size)
     generations = iter(engine.generate([r for g in groups for r in g.requests], factory.params))

@@ -7,7 +7,8 @@ import pytest
 
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
-from fasync.memory import GB, default_strategy, estimate, model_dims
+from fasync.launch.plan import resolve
+from fasync.memory import GB, estimate, model_dims
 
 QWEN25_7B = {  # the dimensions of Qwen2.5-7B's config.json
     "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
@@ -54,7 +55,7 @@ def test_qwen25_7b_bf16_fsdp2_over_eight_gpus_by_hand(tmp_path):
         "logits chunk": 2 * 4 * chunk * vocab,
         "CUDA context and buffers": 1e9,
     }
-    found = estimate(cfg, derive(cfg))
+    found = estimate(cfg, derive(cfg), model_dims(cfg))
     assert {term.name: term.bytes for term in found.terms} == pytest.approx(expected)
     # 3.81 + 3.81 + 7.62 + 3.11 + 0.93 + 1.64 + 1.67 + 0.03 + 0.54 + 1.00
     assert found.total / GB == pytest.approx(24.15, abs=0.01)
@@ -62,10 +63,10 @@ def test_qwen25_7b_bf16_fsdp2_over_eight_gpus_by_hand(tmp_path):
 
 def test_the_same_model_without_sharding_or_checkpointing_does_not_fit(tmp_path):
     cfg = qwen_config(tmp_path, train={"strategy": "ddp", "activation_checkpointing": False})
-    found = estimate(cfg, derive(cfg))
+    found = estimate(cfg, derive(cfg), model_dims(cfg))
     # 16 bytes per parameter (122 GB) before any activation: no 80 GB GPU holds a replica with AdamW.
     assert found.total > 16 * 7_615_616_512
-    assert derive(qwen_config(tmp_path, train={"strategy": None})).train_strategy == "fsdp2"
+    assert resolve(qwen_config(tmp_path, train={"strategy": None})).derived.train_strategy == "fsdp2"
 
 
 def test_h001_reports_the_arithmetic_and_the_key_to_change(tmp_path):
@@ -84,15 +85,15 @@ def test_h001_reports_the_arithmetic_and_the_key_to_change(tmp_path):
 def test_strategy_defaults_by_size():
     small = FasyncConfig.model_validate({"resources": {"trainer_ranks": 2, "gpus_per_trainer_rank": 1,
                                                        "num_gpus": 2}})
-    assert default_strategy(small) == "ddp"
+    assert resolve(small).derived.train_strategy == "ddp"
     # 1.5B parameters: 24 GB of replica and AdamW state, over a quarter of an 80 GB GPU.
     large = FasyncConfig.model_validate({"model": {"n_layers": 30, "d_model": 2048, "n_heads": 16},
                                          "resources": {"trainer_ranks": 2, "gpus_per_trainer_rank": 1,
                                                        "num_gpus": 2}})
-    assert model_dims(large).parameters > 1.5e9 and default_strategy(large) == "fsdp2"
+    assert model_dims(large).parameters > 1.5e9 and resolve(large).derived.train_strategy == "fsdp2"
     on_cpu = FasyncConfig.model_validate({"model": {"n_layers": 24, "d_model": 2048, "n_heads": 16},
                                           "resources": {"trainer_ranks": 2}})
-    assert default_strategy(on_cpu) == "ddp"
+    assert resolve(on_cpu).derived.train_strategy == "ddp"
 
 
 def test_embedded_dims_count_the_parameters_the_model_has():

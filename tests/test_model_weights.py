@@ -12,6 +12,7 @@ from fasync.errors import ConfigurationError
 transformers = pytest.importorskip("transformers")
 from test_hf_model import write_tiny_llama  # noqa: E402
 
+from fasync.launch.plan import resolve  # noqa: E402
 from fasync.model.weights import check_weights  # noqa: E402
 from fasync.rollout.groups import build_factory  # noqa: E402
 
@@ -36,7 +37,7 @@ def config(path) -> FasyncConfig:
 
 def test_a_complete_model_passes(model_dir):
     check_weights(str(model_dir))
-    assert build_factory(config(model_dir)).tokenizer.eos_id == 2
+    assert build_factory(resolve(config(model_dir))).tokenizer.eos_id == 2
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.999, 4, 100])
@@ -45,7 +46,7 @@ def test_a_truncated_weight_file_is_named(model_dir, keep):
     data = weights.read_bytes()
     weights.write_bytes(data[: int(len(data) * keep) if keep < 1 else keep])
     with pytest.raises(ConfigurationError, match=rf"model.path: {weights} (is truncated|is \d+ bytes, too short)") as info:
-        build_factory(config(model_dir))
+        build_factory(resolve(config(model_dir)))
     assert "save or download the model again" in str(info.value).lower() and "\n" not in str(info.value)
 
 
@@ -55,7 +56,7 @@ def test_weights_of_another_shape_name_the_file_and_the_tensor(model_dir):
     (model_dir / "config.json").write_text(json.dumps(settings))
     with pytest.raises(ConfigurationError, match=r"model.path: .*model.safetensors holds model.layers.0.mlp.\w+_proj.weight "
                        r"with shape \[\d+, \d+\], but .*config.json describes a model whose .* is \[\d+, \d+\]"):
-        build_factory(config(model_dir))
+        build_factory(resolve(config(model_dir)))
 
 
 def test_a_shard_index_naming_a_missing_file(model_dir):
@@ -92,4 +93,4 @@ def test_a_prompt_longer_than_the_hugging_face_context_is_refused(model_dir, tmp
     cfg = FasyncConfig.model_validate({"model": {"path": str(model_dir)}, "data": {"path": str(data)}})
     with pytest.raises(ConfigurationError, match=r"data.jsonl:1: the prompt is 72 tokens, but the model's context "
                        r"is 64 tokens"):
-        build_factory(cfg)
+        build_factory(resolve(cfg))

@@ -29,7 +29,7 @@ def _probe() -> dict:
     from fasync.config.schema import FasyncConfig
     from fasync.launch.actors import TrainerActor
     from fasync.launch.placement import Placement
-    from fasync.launch.plan import plan_resources
+    from fasync.launch.plan import resolve
 
     cluster = Cluster()
     for _ in range(2):
@@ -45,8 +45,8 @@ def _probe() -> dict:
     ips = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
     report = {}
     for name, resources in LAYOUTS.items():
-        cfg = FasyncConfig.model_validate({"resources": resources})
-        plan = plan_resources(cfg)
+        resolved = resolve(FasyncConfig.model_validate({"resources": resources}))
+        plan = resolved.plan
         placement = Placement(plan, timeout_s=120)
         actors = {}
         for role, options, count in (("trainer", plan.trainer_options, resources["trainer_ranks"]),
@@ -66,7 +66,7 @@ def _probe() -> dict:
                         placement.groups[slot.group], placement_group_bundle_index=bundle)).remote()
         where = {key: ray.get(actor.where.remote()) for key, actor in actors.items()}
         rank0 = TrainerActor.options(**{**placement.options(plan.trainer_options(0)), "num_cpus": 0,
-                                        "num_gpus": 0}).remote(cfg, 0, 2)
+                                        "num_gpus": 0}).remote(resolved, 0, 2)
         address = ray.get(rank0.rendezvous.remote())
         report[name] = {
             "where": where,

@@ -2,7 +2,7 @@
 actor is placed."""
 
 from fasync.config.schema import FasyncConfig
-from fasync.launch.plan import plan_resources
+from fasync.launch.plan import resolve
 
 
 def test_plan_counts_actors_and_resources():
@@ -10,7 +10,7 @@ def test_plan_counts_actors_and_resources():
         {"mode": "fully_async", "resources": {"num_rollout_engines": 2, "gpus_per_engine": 1,
                                               "trainer_ranks": 2, "gpus_per_trainer_rank": 1}}
     )
-    plan = plan_resources(cfg)
+    plan = resolve(cfg).plan
     assert plan.gpus_needed == 4
     assert plan.engine_options(1) == {"num_cpus": 1.0, "num_gpus": 1.0, "slot": plan.engine_slots[1]}
     assert plan.engine_slots[1].group == "engines" and plan.engine_slots[1].bundles == (1,)
@@ -25,6 +25,6 @@ def test_colocated_plan_shares_gpus():
     cfg = FasyncConfig.model_validate(
         {"resources": {"gpus_per_engine": 1, "gpus_per_trainer_rank": 1, "colocate": True}}
     )
-    plan = plan_resources(cfg)
+    plan = resolve(cfg).plan
     assert plan.gpus_needed == 1.0
     assert plan.local_cluster_cpus() >= 2

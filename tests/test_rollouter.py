@@ -13,6 +13,7 @@ import pytest
 from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
+from fasync.launch.plan import resolve
 from fasync.launch.wire import pack, unpack
 from fasync.rollout.groups import build_factory
 from fasync.rollout.rollouter import Rollouter
@@ -103,7 +104,7 @@ def rollouter_for(partial: bool, tokens_per_call: int | None, streaming: bool = 
         sections["rollout"] = {**CONFIG["rollout"], "engine": "vllm"}
     cfg = FasyncConfig.model_validate(with_sections(CONFIG, **sections))
     engine = StreamingEngine() if streaming else ScriptedEngine()
-    return cfg, engine, Rollouter(cfg, [engine], build_factory(cfg))
+    return cfg, engine, Rollouter(resolve(cfg), [engine], build_factory(resolve(cfg)))
 
 
 def stream(partial: bool, tokens_per_call: int | None, drains: int = 6):

@@ -10,6 +10,7 @@ from collectives import WrongDevice, only_on
 from test_trainer_dp import COMPARED, RECORD_TOLERANCE, SETTINGS, WEIGHT_TOLERANCE, rollout
 
 from fasync.config.schema import FasyncConfig
+from fasync.launch.plan import resolve
 from fasync.train import distributed
 from fasync.train.trainer import Trainer
 
@@ -24,7 +25,7 @@ def with_train(**train) -> dict:
 def _rank(rank: int, world: int, port: int, settings: dict, out: str) -> None:
     torch.set_num_threads(1)
     cfg = FasyncConfig.model_validate({**settings, "resources": {"trainer_ranks": world}})
-    trainer = Trainer(cfg, rank, world, f"tcp://127.0.0.1:{port}")
+    trainer = Trainer(resolve(cfg), rank, world, f"tcp://127.0.0.1:{port}")
     with only_on(trainer.device):
         records = [record for version in range(ROLLOUTS) for record in trainer.train_rollout(rollout(version), version)]
         state = trainer.rollout_state_dict()
@@ -40,7 +41,7 @@ def run_ranks(settings: dict, tmp_path, world: int = 2) -> dict:
 
 
 def one_rank(settings: dict) -> dict:
-    trainer = Trainer(FasyncConfig.model_validate(settings))
+    trainer = Trainer(resolve(FasyncConfig.model_validate(settings)))
     records = [record for version in range(ROLLOUTS) for record in trainer.train_rollout(rollout(version), version)]
     return {"records": records, "state": trainer.rollout_state_dict()}
 
@@ -60,7 +61,7 @@ def test_fsdp2_on_two_ranks_matches_one_rank(tmp_path, variant):
         for key in COMPARED:
             assert record[key] == pytest.approx(expected[key], **RECORD_TOLERANCE), key
     moved = 0.0
-    initial = Trainer(FasyncConfig.model_validate(SETTINGS)).rollout_state_dict()
+    initial = Trainer(resolve(FasyncConfig.model_validate(SETTINGS))).rollout_state_dict()
     for name, tensor in reference["state"].items():
         assert (sharded["state"][name] - tensor).abs().max() < WEIGHT_TOLERANCE, name
         moved = max(moved, float((tensor - initial[name]).abs().max()))
@@ -89,7 +90,7 @@ def test_the_device_check_rejects_a_collective_on_another_device(tmp_path):
 @pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
 def test_packed_token_budget_micro_batches_give_the_full_batch_gradient(monkeypatch, aggregation):
     def gradient(**train):
-        trainer = Trainer(FasyncConfig.model_validate(with_train(loss_aggregation=aggregation, **train)))
+        trainer = Trainer(resolve(FasyncConfig.model_validate(with_train(loss_aggregation=aggregation, **train))))
         monkeypatch.setattr(trainer.optimizer, "step", lambda: None)
         trainer.train_rollout(rollout(0), 0)  # the second step's gradient stays in .grad
         return {name: param.grad.clone() for name, param in trainer.model.named_parameters()}
@@ -108,7 +109,7 @@ def test_packed_token_budget_micro_batches_give_the_full_batch_gradient(monkeypa
 def test_weight_buckets_hold_every_tensor_once_in_the_engine_dtype_within_the_byte_bound():
     from fasync.train.weights import weight_buckets
 
-    trainer = Trainer(FasyncConfig.model_validate(SETTINGS))
+    trainer = Trainer(resolve(FasyncConfig.model_validate(SETTINGS)))
     state = trainer.model.state_dict()
     bound = 3 * 32 * 32 * 2  # three 32 × 32 matrices in bfloat16
     buckets = list(weight_buckets(trainer.model, torch.bfloat16, bound))

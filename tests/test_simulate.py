@@ -11,10 +11,10 @@ import yaml
 from typer.testing import CliRunner
 
 from fasync.cli import app
+from fasync.commands.simulate import pareto_front
 from fasync.config.derived import derive
 from fasync.config.loader import load_config
 from fasync.simulate.calibrate import calibrate
-from fasync.simulate.command import pareto_front
 from fasync.simulate.costs import Costs, weight_bytes
 from fasync.simulate.drivers import Simulation
 from fasync.simulate.lengths import build_lengths

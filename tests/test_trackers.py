@@ -208,7 +208,7 @@ def test_check_names_a_missing_tracker_package_with_its_install_command(tmp_path
 
 
 def test_train_refuses_a_missing_tracker_before_anything_starts(tmp_path, wandb_not_installed):
-    from fasync.launch.run import train
+    from fasync.commands.train import run as train
 
     config = config_file(tmp_path, ["wandb"])
     assert train(str(config), run_dir=str(tmp_path / "out")) == 1
@@ -231,7 +231,7 @@ def test_a_training_run_logs_every_row_to_every_tracker(ray_session, tmp_path, m
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from fasync.launch.run import train
+    from fasync.commands.train import run as train
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

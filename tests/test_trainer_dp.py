@@ -8,7 +8,7 @@ import torch
 
 from fasync.config.schema import FasyncConfig
 from fasync.launch.actors import TrainerGroup
-from fasync.launch.plan import plan_resources
+from fasync.launch.plan import resolve
 from fasync.rollout.types import GroupId, Sample
 from fasync.train.trainer import Trainer
 
@@ -58,8 +58,8 @@ def rollout(seed: int) -> list[Sample]:
 def test_two_ranks_hold_identical_weights_that_match_one_rank(ray_session, aggregation):
     settings = {**SETTINGS, "train": {**SETTINGS["train"], "loss_aggregation": aggregation}}
     cfg = FasyncConfig.model_validate({**settings, "resources": {"trainer_ranks": 2}})
-    group = TrainerGroup(cfg, plan_resources(cfg))
-    single = Trainer(FasyncConfig.model_validate(settings))
+    group = TrainerGroup(resolve(cfg))
+    single = Trainer(resolve(FasyncConfig.model_validate(settings)))
     try:
         for version in range(2):
             records = group.train_rollout(rollout(version), version)
@@ -77,5 +77,5 @@ def test_two_ranks_hold_identical_weights_that_match_one_rank(ray_session, aggre
         assert torch.equal(first[name], second[name]), name
         assert (first[name] - tensor).abs().max() < WEIGHT_TOLERANCE, name
     # The two rollouts moved the weights well beyond that tolerance.
-    initial = Trainer(FasyncConfig.model_validate(settings)).rollout_state_dict()
+    initial = Trainer(resolve(FasyncConfig.model_validate(settings))).rollout_state_dict()
     assert max(float((initial[name] - tensor).abs().max()) for name, tensor in reference.items()) > 2e-3

@@ -14,6 +14,7 @@ import torch
 from test_hf_model import skip_unless_vllm_cpu, write_vllm_llama
 
 from fasync.config.schema import FasyncConfig
+from fasync.launch.plan import resolve
 from fasync.launch.wire import pack, unpack
 from fasync.model import build_model, build_tokenizer, token_logprobs
 from fasync.rollout.build import build_engine
@@ -309,7 +310,7 @@ def test_the_rollouter_streams_groups_through_a_weight_sync_and_a_checkpoint(set
     })
     models = {0: model, 1: other_weights}
     first_engine = LocalEngine(engine)
-    first = Rollouter(run, [first_engine], build_factory(run))
+    first = Rollouter(resolve(run), [first_engine], build_factory(resolve(run)))
 
     async def until_tokens_in_flight():
         deadline = time.monotonic() + 60
@@ -347,7 +348,7 @@ def test_the_rollouter_streams_groups_through_a_weight_sync_and_a_checkpoint(set
                    if req.output_ids and not req.finished}
         assert partial, "the snapshot caught no request part-way through its generation"
 
-        second = Rollouter(run, [second_engine], build_factory(run))
+        second = Rollouter(resolve(run), [second_engine], build_factory(resolve(run)))
 
         async def after_the_resume():
             await second.restore(pack(snapshot))

@@ -13,7 +13,7 @@ if importlib.util.find_spec("vllm") is not None:
 
 
 def test_a_failed_start_is_reported_as_what_failed(ray_session, tmp_path, capsys):
-    from fasync.launch.run import train
+    from fasync.commands.train import run as train
 
     write_vllm_llama(tmp_path)
     config = tmp_path / "run.yaml"

@@ -181,7 +181,7 @@ def test_a_gpu_placement_becomes_vllms_engine_arguments(monkeypatch, tmp_path, r
     from vllm.platforms import current_platform
 
     from fasync.config.schema import FasyncConfig
-    from fasync.launch.plan import plan_resources
+    from fasync.launch.plan import resolve
     from fasync.rollout.vllm_engine import GPU_MEMORY_SHARE, VLLMEngine
 
     built = {}
@@ -198,11 +198,11 @@ def test_a_gpu_placement_becomes_vllms_engine_arguments(monkeypatch, tmp_path, r
         write_vllm_llama(tmp_path)
     cfg = FasyncConfig.model_validate({"model": {"path": str(tmp_path)}, "rollout": {"engine": "vllm"},
                                        "resources": resources})
-    planned = plan_resources(cfg).engine_memory_fraction
+    planned = resolve(cfg).plan.engine_memory_fraction
     if "gpu_memory_gb" in resources:
         assert planned is not None and 0 < planned < 1 and planned != GPU_MEMORY_SHARE[True]
     expected.setdefault("gpu_memory_utilization", GPU_MEMORY_SHARE[True] if planned is None else planned)
-    VLLMEngine(cfg)
+    VLLMEngine(cfg, memory_fraction=planned)
     transfer = built.pop("weight_transfer_config")
     assert isinstance(transfer, WeightTransferConfig) and transfer.backend == expected.pop("backend")
     assert {key: built.get(key) for key in expected} == expected

@@ -152,29 +152,29 @@ def test_the_nccl_group_is_the_sender_and_every_engine_worker(workers, world, of
 
 
 def test_the_plan_gives_the_nccl_group_each_engines_tensor_parallel_size():
-    from fasync.launch.plan import plan_resources
+    from fasync.launch.plan import resolve
 
-    plan = plan_resources(_cfg(num_gpus=6, num_rollout_engines=2, gpus_per_engine=2, trainer_ranks=2,
-                               gpus_per_trainer_rank=1))
+    plan = resolve(_cfg(num_gpus=6, num_rollout_engines=2, gpus_per_engine=2, trainer_ranks=2,
+                               gpus_per_trainer_rank=1)).plan
     assert plan.engine_workers() == [2, 2]
     assert nccl_ranks(plan.engine_workers()) == (5, [1, 3])
-    assert plan_resources(_cfg(num_rollout_engines=3)).engine_workers() == [1, 1, 1]  # CPU engines
+    assert resolve(_cfg(num_rollout_engines=3)).plan.engine_workers() == [1, 1, 1]  # CPU engines
 
 
 def test_a_tensor_parallel_engines_workers_hold_its_gpus():
-    from fasync.launch.plan import plan_resources
+    from fasync.launch.plan import resolve
 
-    plan = plan_resources(_cfg(num_gpus=6, num_rollout_engines=2, gpus_per_engine=2, trainer_ranks=2,
-                               gpus_per_trainer_rank=1))
+    plan = resolve(_cfg(num_gpus=6, num_rollout_engines=2, gpus_per_engine=2, trainer_ranks=2,
+                               gpus_per_trainer_rank=1)).plan
     options = plan.engine_options(1)
     assert options["num_gpus"] == 0.0  # the actor leaves bundle 2's GPU to the worker placed there
     assert options["slot"].worker_environment() == {"VLLM_RAY_BUNDLE_INDICES": "2,3", "VLLM_RAY_PER_WORKER_GPUS": "1",
                                                     "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    colocated = plan_resources(_cfg(num_gpus=4, num_rollout_engines=2, gpus_per_engine=2, trainer_ranks=4,
-                                    gpus_per_trainer_rank=1, colocate=True))
+    colocated = resolve(_cfg(num_gpus=4, num_rollout_engines=2, gpus_per_engine=2, trainer_ranks=4,
+                                    gpus_per_trainer_rank=1, colocate=True)).plan
     assert colocated.engine_options(0)["slot"].worker_environment() == {  # beside the trainer rank's half
         "VLLM_RAY_BUNDLE_INDICES": "0,1", "VLLM_RAY_PER_WORKER_GPUS": "0.5", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    single = plan_resources(_cfg(num_gpus=2, gpus_per_engine=1, gpus_per_trainer_rank=1))
+    single = resolve(_cfg(num_gpus=2, gpus_per_engine=1, gpus_per_trainer_rank=1)).plan
     assert single.engine_options(0)["num_gpus"] == 1.0 and single.engine_options(0)["slot"].worker_environment() == {}
 
 

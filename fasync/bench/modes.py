@@ -142,7 +142,7 @@ LONG_TAIL = LongTail()
 def run_variant(config: str, overrides: list[str], run_dir: Path) -> tuple[int, list[dict], int]:
     """Train in this process (Ray started and stopped by the run unless the caller holds a session):
     exit code, step records and the number of rollout engines."""
-    from fasync.launch.run import train
+    from fasync.commands.train import run as train
 
     code = train(config, overrides, run_dir=str(run_dir))
     return (code, *read_run_dir(run_dir))

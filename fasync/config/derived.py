@@ -1,7 +1,10 @@
 """Quantities that follow from a config, computed in one place.
 
 The linter, `fasync config show` and the trainer all read these, so that what a
-rule warns about is exactly what the trainer will do.
+rule warns about is exactly what the trainer will do. `derive` reads no file: the one
+quantity that follows from the model's size (`train.strategy`'s default) takes the size
+from its caller (`fasync.memory.derive_with_model`, which reads the model's dimensions;
+`fasync train` does so once, in `fasync.launch.plan.resolve`).
 """
 
 from __future__ import annotations
@@ -10,8 +13,12 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from fasync.config.schema import FasyncConfig
-from fasync.memory import default_strategy
 from fasync.staleness import LagBound, max_lag
+
+GB = 1e9
+"""Decimal units, as `resources.gpu_memory_gb` counts them."""
+REPLICA_BYTES_PER_PARAMETER = 16
+"""fp32 weights, gradients and two AdamW moments."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ class Derived:
     it in and collects them as they end, and the engine batches whatever is in flight (continuous batching,
     fasync.rollout.vllm_stream); otherwise each engine call is one closed batch."""
     train_strategy: str
-    """`train.strategy`, or its default by model size (fasync.memory.default_strategy)."""
+    """`train.strategy`, or its default by model size (`default_strategy`)."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -59,7 +66,21 @@ def samples_per_rollout(cfg: FasyncConfig) -> int:
     return cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt
 
 
-def derive(cfg: FasyncConfig) -> Derived:
+def default_strategy(cfg: FasyncConfig, model_parameters: int | None) -> str:
+    """`train.strategy` when it is null (see its description), for a model of `model_parameters` (None: unknown,
+    so sharded wherever there is more than one GPU rank to shard over)."""
+    res = cfg.resources
+    if res.trainer_ranks == 1 or res.gpus_per_trainer_rank == 0:
+        return "ddp"
+    if model_parameters is None:
+        return "fsdp2"
+    replica = REPLICA_BYTES_PER_PARAMETER * model_parameters
+    return "fsdp2" if replica > res.gpu_memory_gb * GB / 4 else "ddp"
+
+
+def derive(cfg: FasyncConfig, model_parameters: int | None = None) -> Derived:
+    """The derived quantities of `cfg`; `model_parameters` (`fasync.memory.ModelDims.parameters`) sets
+    `train_strategy`'s default, and only that."""
     samples = samples_per_rollout(cfg)
     train = cfg.train
     if train.use_dynamic_global_batch_size:
@@ -99,7 +120,7 @@ def derive(cfg: FasyncConfig) -> Derived:
         max_queue_size=queue,
         max_concurrent_samples=concurrent,
         ratio_anchor=anchor,
-        train_strategy=train.strategy or default_strategy(cfg),
+        train_strategy=train.strategy or default_strategy(cfg, model_parameters),
         tokens_per_call=cfg.async_.tokens_per_call if not streams and cfg.mode == "fully_async"
         and cfg.async_.partial_rollout else None,
         streams_requests=streams,

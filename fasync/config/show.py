@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fasync.config.derived import derive
+from fasync.config.derived import Derived
 from fasync.config.fields import show_value
 from fasync.config.loader import LoadResult
 from fasync.config.provenance import KeyPath, format_key
@@ -19,14 +19,14 @@ def _leaves(value: Any, prefix: KeyPath = ()) -> list[tuple[KeyPath, Any]]:
     return [(prefix, value)]
 
 
-def resolved(result: LoadResult) -> dict:
-    """{config, origins, derived} for a loaded config; an origin is `file:line` or `default`."""
+def resolved(result: LoadResult, derived: Derived) -> dict:
+    """{config, origins, derived} for a loaded config and its `derived` quantities; an origin is `file:line` or
+    `default`."""
     config = result.config.model_dump(by_alias=True, mode="json")
     origins = {}
     for path, _ in _leaves(config):
         setter = result.provenance.setter(path)
         origins[format_key(path)] = f"{setter.file}:{setter.line}" if setter else "default"
-    derived = derive(result.config)
     lag = derived.max_lag
     # The lag is counted in optimizer steps; versions are the same figure in the unit the bound is written in.
     return {"config": config, "origins": origins,
@@ -34,10 +34,12 @@ def resolved(result: LoadResult) -> dict:
                                                          "steps_per_version": lag.steps_per_version}}}
 
 
-def show(result: LoadResult, fmt: str = "text") -> str:
+def show(result: LoadResult, derived: Derived, fmt: str = "text") -> str:
+    """`result`'s config and its `derived` quantities (`fasync.memory.derive_with_model`: the strategy's default
+    follows from the model's size) in `fmt`."""
     if fmt not in SHOW_FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(SHOW_FORMATS)}")
-    data = resolved(result)
+    data = resolved(result, derived)
     if fmt == "json":
         return json.dumps(data, indent=2, ensure_ascii=False)
     if fmt == "yaml":
@@ -46,7 +48,7 @@ def show(result: LoadResult, fmt: str = "text") -> str:
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip()
     rows = [(key, show_value(value), data["origins"][key]) for key, value in
             ((format_key(p), v) for p, v in _leaves(data["config"]))]
-    lag_text = derive(result.config).max_lag.describe()
+    lag_text = derived.max_lag.describe()
     derived = [(name, lag_text if name == "max_lag" else show_value(value), "")
                for name, value in data["derived"].items()]
     key_width = max(len(r[0]) for r in rows + derived)

@@ -109,7 +109,7 @@ BUILTIN_REWARDS: dict[str, RewardFn] = {
 
 def extend_import_path(config_dir: str | Path) -> None:
     """Make `module:function` rewards importable from the working directory and the config's directory,
-    in this process and, through PYTHONPATH (which `fasync.launch.run` hands every Ray worker), in the actors.
+    in this process and, through PYTHONPATH (which `fasync.commands.train` hands every Ray worker), in the actors.
     The console script's own import path holds neither."""
     entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     for directory in (Path.cwd(), Path(config_dir)):

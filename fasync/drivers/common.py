@@ -12,12 +12,10 @@ import ray
 
 from fasync import checkpoint
 from fasync.atomic import JsonlAppender
-from fasync.config.derived import Derived
-from fasync.config.schema import FasyncConfig
 from fasync.launch.actors import TrainerGroup, push_weights, start_engines
 from fasync.launch.faults import TooManyBadSteps, Watchdog, WeightSyncMismatch
 from fasync.launch.placement import Placement
-from fasync.launch.plan import ResourcePlan
+from fasync.launch.plan import Resolved
 from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import JOURNAL, Ledger
 from fasync.metrics.progress import Progress
@@ -122,12 +120,14 @@ class Run:
     trainer rank sends, rank 0 driving the engines through vLLM's weight transfer engines, and reports what
     each engine serves after it. Either way `verify_loads` checks every engine's version."""
 
-    def __init__(self, cfg: FasyncConfig, derived: Derived, plan: ResourcePlan, factory: GroupFactory,
-                 run_dir: Path, progress: Progress, engines: list | None = None,
-                 resume: checkpoint.Checkpoint | None = None, resume_state: dict | None = None):
-        self.cfg = cfg
-        self.derived = derived
-        self.plan = plan
+    def __init__(self, resolved: Resolved, factory: GroupFactory, run_dir: Path, progress: Progress,
+                 engines: list | None = None, resume: checkpoint.Checkpoint | None = None,
+                 resume_state: dict | None = None):
+        self.resolved = resolved
+        """The config with what follows from it (fasync.launch.plan.resolve), which the actors are given too."""
+        self.cfg = cfg = resolved.config
+        self.derived = resolved.derived
+        self.plan = plan = resolved.plan
         self.run_dir = run_dir
         self.progress = progress
         check_transport(cfg)
@@ -153,7 +153,7 @@ class Run:
         # Every GPU of the run reserved at once, before any actor starts (fasync/launch/plan.py).
         self.placement = Placement(plan)
         self.engines = engines if engines is not None else start_engines(cfg, plan, self.placement)
-        self.trainer = TrainerGroup(cfg, plan, self.placement, wait=self.watchdog.get)
+        self.trainer = TrainerGroup(resolved, self.placement, wait=self.watchdog.get)
         self.watchdog.name_actors(self.engines, [f"engine {index}" for index in range(len(self.engines))])
         self.watchdog.name_actors(self.trainer.ranks, [f"trainer rank {rank}" for rank in range(len(self.trainer.ranks))])
         self.version = 0

@@ -38,7 +38,7 @@ class FullyAsyncDriver:
     def __init__(self, run: Run):
         self.run = run
         self.interval = run.cfg.async_.update_weights_interval
-        self.rollouter = RolloutActor.remote(run.cfg, run.engines, run.factory)
+        self.rollouter = RolloutActor.remote(run.resolved, run.engines, run.factory)
         run.watchdog.name_actors([self.rollouter], ["the rollouter"])
         if "rollouter" in run.restored:
             run.record(ray.get(self.rollouter.restore.remote(pack(run.restored["rollouter"]))))

@@ -12,7 +12,7 @@ import os
 import ray
 
 from fasync.config.schema import FasyncConfig
-from fasync.launch.plan import ResourcePlan
+from fasync.launch.plan import Resolved, ResourcePlan
 from fasync.launch.wire import arrays_to_weights, pack, unpack, weights_to_arrays
 from fasync.rollout.engine import probed_names, weights_checksum
 from fasync.rollout.rollouter import Rollouter
@@ -31,15 +31,17 @@ def _limit_threads(threads: int) -> None:
 # threads, so that an abort is never queued behind a transfer that waits for the generate call to end.
 @ray.remote(concurrency_groups={"control": 2})
 class EngineActor:
-    def __init__(self, cfg: FasyncConfig, index: int = 0, environment: dict[str, str] | None = None):
+    def __init__(self, cfg: FasyncConfig, index: int = 0, environment: dict[str, str] | None = None,
+                 memory_fraction: float | None = None):
         """`environment`: set before the engine is built (where vLLM's Ray executor places a tensor-parallel
-        engine's workers: `fasync.launch.plan.Slot.worker_environment`)."""
+        engine's workers: `fasync.launch.plan.Slot.worker_environment`). `memory_fraction`: the plan's share
+        of each GPU for a vLLM engine (`ResourcePlan.engine_memory_fraction`)."""
         os.environ.update(environment or {})
         _limit_threads(cfg.resources.rollout_threads)
         from fasync.rollout.build import build_engine
 
         # Each engine its own sampling stream: identical seeds would make every engine's groups identical.
-        self.engine = build_engine(cfg, seed=cfg.train.seed + 1 + index)
+        self.engine = build_engine(cfg, seed=cfg.train.seed + 1 + index, memory_fraction=memory_fraction)
 
     def generate(self, requests: bytes, params, token_budget: int | None = None) -> bytes:
         """`pack`ed requests in, `pack`ed generations out."""
@@ -116,9 +118,9 @@ class TrainerActor:
     """Started in two steps: the actors first, so that rank 0's node (and a free port on it) is known; then
     `setup` with that rendezvous address on every rank."""
 
-    def __init__(self, cfg: FasyncConfig, rank: int, world_size: int):
-        _limit_threads(cfg.resources.train_threads)
-        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+    def __init__(self, resolved: Resolved, rank: int, world_size: int):
+        _limit_threads(resolved.config.resources.train_threads)
+        self.resolved, self.rank, self.world_size = resolved, rank, world_size
         self.trainer = None
         self.sent_checksum = ""
         """`weights_checksum` of the weights the last `rollout_weights` sent (rank 0)."""
@@ -134,7 +136,7 @@ class TrainerActor:
     def setup(self, init_method: str | None) -> None:
         from fasync.train.trainer import Trainer
 
-        self.trainer = Trainer(self.cfg, rank=self.rank, world_size=self.world_size, init_method=init_method)
+        self.trainer = Trainer(self.resolved, rank=self.rank, world_size=self.world_size, init_method=init_method)
 
     def train_rollout(self, samples: bytes, current_version: int):
         return self.trainer.train_rollout(unpack(samples), current_version)
@@ -193,12 +195,13 @@ class TrainerActor:
 class TrainerGroup:
     """All data-parallel ranks, driven as one: every rank gets the same rollout and takes its shard."""
 
-    def __init__(self, cfg: FasyncConfig, plan: ResourcePlan, placement=None, wait=None):
+    def __init__(self, resolved: Resolved, placement=None, wait=None):
         self.wait = wait or (lambda refs, labels: ray.get(list(refs)))
         """`Watchdog.get`: (refs, labels) → results, failing with the label of a rank that died or hung."""
-        world = cfg.resources.trainer_ranks
+        world = resolved.config.resources.trainer_ranks
         self.ranks = [
-            TrainerActor.options(**_placed(plan.trainer_options(rank), placement)).remote(cfg, rank, world)
+            TrainerActor.options(**_placed(resolved.plan.trainer_options(rank), placement)).remote(resolved, rank,
+                                                                                                  world)
             for rank in range(world)
         ]
         # Rank 0's node IP, never loopback: ranks on other nodes dial it.
@@ -263,7 +266,8 @@ def start_engines(cfg: FasyncConfig, plan: ResourcePlan, placement=None) -> list
     for index in range(cfg.resources.num_rollout_engines):
         options = plan.engine_options(index)
         environment = options["slot"].worker_environment() if "slot" in options else {}
-        engines.append(EngineActor.options(**_placed(options, placement)).remote(cfg, index, environment))
+        engines.append(EngineActor.options(**_placed(options, placement)).remote(cfg, index, environment,
+                                                                                 plan.engine_memory_fraction))
     return engines
 
 

@@ -1,4 +1,5 @@
-"""Where each actor runs: computed from the config alone, printed by `--dry-run`.
+"""Where each actor runs: computed from the config and the model's dimensions, printed by `--dry-run`; and
+`Resolved`, the config with everything that follows from it, worked out once (`resolve`).
 
 Actors on GPUs are placed in Ray placement groups, so that Ray reserves every GPU of the run at once
 and cannot put two engines on one GPU:
@@ -19,8 +20,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from fasync.config.derived import Derived, derive
+from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
+from fasync.memory import GB, ModelDims, derive_with_model, estimate
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ def _slots(group: str, count: int, width: int, share: float) -> tuple[Slot, ...]
     return tuple(Slot(group, tuple(range(i * width, (i + 1) * width)), share) for i in range(count))
 
 
-def _placement(cfg: FasyncConfig, derived: Derived) -> dict:
+def _placement(cfg: FasyncConfig, derived: Derived, dims: ModelDims | None) -> dict:
     res = cfg.resources
     tp, per_rank = res.gpus_per_engine, res.gpus_per_trainer_rank
     engines, ranks = res.num_rollout_engines, res.trainer_ranks
@@ -174,7 +176,7 @@ def _placement(cfg: FasyncConfig, derived: Derived) -> dict:
         group = GroupSpec("shared", tuple({"GPU": 1.0, "CPU": 2.0} for _ in range(bundles)))
         return {"groups": (group,), "engine_slots": _slots("shared", engines, tp, 0.5),
                 "trainer_slots": _slots("shared", ranks, per_rank, 0.5),
-                "engine_memory_fraction": engine_memory_fraction(cfg, derived)}
+                "engine_memory_fraction": engine_memory_fraction(cfg, derived, dims)}
     groups, placed = [], {}
     if tp:
         groups.append(GroupSpec("engines", tuple({"GPU": 1.0, "CPU": 1.0} for _ in range(engines * tp))))
@@ -185,12 +187,10 @@ def _placement(cfg: FasyncConfig, derived: Derived) -> dict:
     return {"groups": tuple(groups), **placed}
 
 
-def engine_memory_fraction(cfg: FasyncConfig, derived: Derived) -> float | None:
+def engine_memory_fraction(cfg: FasyncConfig, derived: Derived, dims: ModelDims | None) -> float | None:
     """Colocated: the share of each GPU the trainer's memory estimate leaves to the engine (vLLM's
     `gpu_memory_utilization`), rounded down to a hundredth; None where the model's size is not known."""
-    from fasync.memory import GB, estimate
-
-    found = estimate(cfg, derived)
+    found = estimate(cfg, derived, dims)
     if found is None:
         return None
     engine = sum(t.bytes for t in found.terms if t.name.startswith("engine "))
@@ -198,7 +198,9 @@ def engine_memory_fraction(cfg: FasyncConfig, derived: Derived) -> float | None:
     return max(0.0, (cfg.resources.gpu_memory_gb * GB - trainer) / (cfg.resources.gpu_memory_gb * GB)) // 0.01 / 100
 
 
-def plan_resources(cfg: FasyncConfig) -> ResourcePlan:
+def plan_resources(cfg: FasyncConfig, derived: Derived, dims: ModelDims | None) -> ResourcePlan:
+    """Where each actor of `cfg` runs, for its `derived` quantities and the model's `dims` (the colocated engine's
+    memory share follows from them)."""
     res = cfg.resources
     share = 0.5 if res.colocate else 1.0
     engine_gpus = res.gpus_per_engine * share
@@ -212,6 +214,25 @@ def plan_resources(cfg: FasyncConfig) -> ResourcePlan:
     if cfg.mode == "fully_async":
         # Coordination only (it holds the sample queue and waits on the engines), so it takes no CPU slot.
         actors += [ActorSpec("rollouter and its sample queue", 1, 0.0, 0.0)]
-    derived = derive(cfg)
     return ResourcePlan(cfg.mode, tuple(actors), res.ray_address, derived, gpus_per_node=res.gpus_per_node,
-                        **_placement(cfg, derived))
+                        **_placement(cfg, derived, dims))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A config and everything that follows from it, worked out once (`resolve`): `fasync train`
+    (fasync.commands.train) hands this one value to the run's driver, rollouter and trainer, so that none of
+    them derives the config or reads the model's files again."""
+
+    config: FasyncConfig
+    derived: Derived
+    model_dims: ModelDims | None
+    """From `model.path`'s config.json or the embedded model's keys; None where they cannot be read."""
+    plan: ResourcePlan
+
+
+def resolve(cfg: FasyncConfig) -> Resolved:
+    """Read the model's dimensions, derive the config with them (`train.strategy`'s default follows from the
+    model's size) and plan the actors."""
+    dims, derived = derive_with_model(cfg)
+    return Resolved(cfg, derived, dims, plan_resources(cfg, derived, dims))

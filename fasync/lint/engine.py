@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fasync.config.derived import derive
 from fasync.config.loader import LoadResult, load_config
 from fasync.config.problems import INTERNAL_ERROR, PROBLEMS, report
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Code, Diagnostic, Severity
 from fasync.exit_codes import ExitCode
 from fasync.lint.registry import RULES, Finding, Fix
+from fasync.memory import derive_with_model
 from fasync.preflight import missing_trackers
 
 TRACKERS_MISSING = "E007"
@@ -83,7 +83,7 @@ def _rule_diagnostics(result: LoadResult, config: FasyncConfig, select: Sequence
 def run_rules(config: FasyncConfig, select: Sequence[str] | None = None, ignore: Sequence[str] = ()
               ) -> tuple[list[tuple[Code, Finding]], list[tuple[Code, Exception]]]:
     """Every selected rule's findings on a validated config, and the rules that crashed."""
-    derived = derive(config)
+    _, derived = derive_with_model(config)
     found, crashed = [], []
     for rule in rules().values():
         if (select and not matches(rule.code, select)) or matches(rule.code, ignore):

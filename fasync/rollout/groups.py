@@ -125,19 +125,19 @@ class GroupFactory:
         return score(self.reward_fn, self.reward_name, completion, group.label, where)
 
 
-def build_factory(cfg: FasyncConfig) -> GroupFactory:
+def build_factory(resolved) -> GroupFactory:
     """The prompts, tokenizer and reward of a run, each checked here in the driver (the dataset against the
-    tokenizer and the context, the weight files against config.json) so that bad input stops the run before
-    Ray starts; raises ConfigurationError."""
+    tokenizer and the model's context, the weight files against config.json) so that bad input stops the run
+    before Ray starts; raises ConfigurationError. `resolved`: the config with the model's dimensions
+    (`fasync.launch.plan.Resolved`)."""
     from fasync.data import build_dataset
     from fasync.data.datasets import check_prompts
     from fasync.data.rewards import build_reward
-    from fasync.memory import model_dims
     from fasync.model import build_tokenizer
 
+    cfg, dims = resolved.config, resolved.model_dims
     tokenizer = build_tokenizer(cfg.model, cfg.data)
     dataset = build_dataset(cfg.data)
-    dims = model_dims(cfg)
     check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
     if cfg.model.path is not None:
         from fasync.model.weights import check_weights

@@ -39,8 +39,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from fasync import staleness as versions
-from fasync.config.derived import derive
-from fasync.config.schema import FasyncConfig
 from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
@@ -66,9 +64,10 @@ class RolloutState:
 
 
 class Rollouter:
-    def __init__(self, cfg: FasyncConfig, engines: list, factory):
-        self.cfg = cfg
-        self.derived = derive(cfg)
+    def __init__(self, resolved, engines: list, factory):
+        """`resolved`: the config with what follows from it (`fasync.launch.plan.Resolved`)."""
+        self.cfg = cfg = resolved.config
+        self.derived = resolved.derived
         self.engines = engines
         self.queue = GroupQueue(self.derived.max_queue_size, priority=lambda group: group.oldest_version)
         self.factory = factory

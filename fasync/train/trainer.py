@@ -27,8 +27,6 @@ from collections import defaultdict
 import torch
 from torch import Tensor
 
-from fasync.config.derived import derive
-from fasync.config.schema import FasyncConfig
 from fasync.model import build_model, build_tokenizer
 from fasync.model.policy import DTYPES
 from fasync.rollout.types import Sample
@@ -43,9 +41,10 @@ _MAX_METRICS = {"is/weight_max"}
 
 
 class Trainer:
-    def __init__(self, cfg: FasyncConfig, rank: int = 0, world_size: int = 1, init_method: str | None = None):
-        self.cfg = cfg
-        self.derived = derive(cfg)
+    def __init__(self, resolved, rank: int = 0, world_size: int = 1, init_method: str | None = None):
+        """`resolved`: the config with what follows from it (`fasync.launch.plan.Resolved`)."""
+        self.cfg = cfg = resolved.config
+        self.derived = resolved.derived
         self.strategy = self.derived.train_strategy
         self.rank, self.world_size = rank, world_size
         self.device = distributed.local_device(cfg.resources.gpus_per_trainer_rank)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
-from fasync.memory import GB, estimate
+from fasync.memory import GB, estimate, model_dims
 
 
 @rule(
@@ -26,7 +26,7 @@ def gpu_memory_exceeded(cfg, derived):
     res = cfg.resources
     if res.gpus_per_trainer_rank == 0:
         return
-    found = estimate(cfg, derived)
+    found = estimate(cfg, derived, model_dims(cfg))
     if found is None or found.total <= res.gpu_memory_gb * GB:
         return
     yield Finding(

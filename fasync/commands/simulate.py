@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import typer
+
 from fasync.errors import ConfigurationError
 from fasync.exit_codes import ExitCode
 from fasync.simulate.costs import Costs
@@ -157,8 +159,15 @@ def render_text(report: Report) -> str:
     return "\n".join(lines)
 
 
-def run(config: str, overrides: list[str], calibrate: list[str], sweeps: list[str], fmt: str) -> tuple[ExitCode, str]:
-    """(exit code, what to print): 2 with a one-line message for a bad config, run directory or sweep."""
+def run(config: str, overrides: list[str], calibrate: list[str], sweeps: list[str], fmt: str) -> int:
+    """Print the report; 2 with a one-line message on stderr for a bad config, run directory or sweep."""
+    code, output = _report_or_error(config, overrides, calibrate, sweeps, fmt)
+    typer.echo(output, err=code != 0)
+    return code
+
+
+def _report_or_error(config: str, overrides: list[str], calibrate: list[str], sweeps: list[str],
+                     fmt: str) -> tuple[ExitCode, str]:
     if not Path(config).is_file():
         return ExitCode.USAGE, f"fasync simulate: {config}: no such config file"
     try:
@@ -166,4 +175,3 @@ def run(config: str, overrides: list[str], calibrate: list[str], sweeps: list[st
     except ConfigurationError as error:
         return ExitCode.USAGE, f"fasync simulate: {error}"
     return ExitCode.OK, json.dumps(report.as_dict(), indent=2) if fmt == "json" else render_text(report)
-

@@ -1,0 +1,85 @@
+"""`fasync check`, and the commands that explain what it reports: `rules`, `rule`, `config show` and `schema`.
+
+None of them starts anything: they read configs and print.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import typer
+
+from fasync.commands import usage_error, use_color
+from fasync.exit_codes import ExitCode
+
+
+def run(files: Sequence[str], overrides: Sequence[str], select: Sequence[str] | None, ignore: Sequence[str] | None,
+        format: str, strict: bool, exit_zero: bool, quiet: bool, preflight: bool) -> int:
+    """Lint `files`: 0 clean, 1 problems found, 2 the check could not run (`fasync check --help`)."""
+    from fasync.lint.engine import check_files, exit_code
+    from fasync.lint.formats import render
+
+    try:
+        checked = check_files(files, overrides, select, ignore, preflight=preflight)
+    except Exception as exc:  # noqa: BLE001 - a bug in fasync must read as "could not run", never as findings
+        return usage_error(f"fasync check: internal error, please report it with this config: "
+                           f"{type(exc).__name__}: {exc}")
+    output = render(checked.diagnostics, format, summary=not quiet, files=checked.files,
+                    color=format == "text" and use_color())
+    if output:
+        typer.echo(output)
+    return exit_code(checked, strict=strict, exit_zero=exit_zero)
+
+
+def rules(format: str) -> int:
+    """Every diagnostic code: load problems (F...) and lint rules."""
+    from fasync.docs import rules_table
+
+    typer.echo(rules_table(format))
+    return ExitCode.OK
+
+
+def rule(code: str) -> int:
+    """One rule explained: what it does, why it matters, a failing and a fixed example."""
+    from fasync.docs import explain
+    from fasync.lint.engine import catalogue
+
+    entry = catalogue().get(code.upper())
+    if entry is None:
+        return usage_error(f"fasync rule: unknown code {code!r}; `fasync rules` lists them")
+    typer.echo(explain(entry))
+    return ExitCode.OK
+
+
+def config_show(file: str, overrides: Sequence[str], format: str, as_framework: str | None) -> int:
+    """The resolved config, where each value was set, and the derived quantities; or with `as_framework` the batch
+    geometry, mode and staleness in that framework's own terms."""
+    from fasync.config.loader import load_config
+    from fasync.config.show import show
+    from fasync.lint.formats import render
+
+    result = load_config(file, overrides)
+    if result.config is None:
+        typer.echo(render(result.diagnostics, "text", files=1, color=use_color()), err=True)
+        return ExitCode.FAILED if Path(file).is_file() else ExitCode.USAGE
+    if as_framework is not None:
+        from fasync.config.derived import derive
+        from fasync.migrate import express, render_expressed
+
+        expressed = express(as_framework, result.config, derive(result.config))
+        typer.echo(render_expressed(expressed, file), nl=False)
+        return ExitCode.OK
+    from fasync.memory import derive_with_model
+
+    _, derived = derive_with_model(result.config)
+    typer.echo(show(result, derived, format))
+    return ExitCode.OK
+
+
+def schema() -> int:
+    """The config's JSON Schema (draft-07)."""
+    from fasync.docs import render_schema_json
+
+    typer.echo(render_schema_json(), nl=False)
+    return ExitCode.OK
