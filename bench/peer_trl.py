@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fasync.bench.measure import REWARD_WINDOW  # noqa: E402
 from fasync.bench.report import fmt, measured, table, write_block  # noqa: E402
+from fasync.metrics.measure import REWARD_WINDOW  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PROMPTS, SAMPLES, LR, NEW_TOKENS, TARGET = 32, 8, 2e-3, 6, 0.9

@@ -184,8 +184,8 @@ def kept_scenario(scenario: Scenario, out: Path, target: float) -> tuple[Scenari
     """A scenario measured from the run directories an earlier invocation kept (`--from`), every repeat of
     each variant (medians, as `run_scenario` takes them), and the fewest repeats a variant has; None unless
     every variant has one."""
-    from fasync.bench.measure import measure, median_report
     from fasync.bench.modes import read_run_dir
+    from fasync.metrics.measure import measure, median_report
 
     reports, repeats = [], []
     measured_at = scenario.target if scenario.target is not None else target

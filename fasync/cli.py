@@ -116,13 +116,12 @@ def list_rules(
 @app.command("rule")
 def explain_rule(code: Annotated[str, typer.Argument(help="A code from `fasync rules`, e.g. F006.")]) -> None:
     """Explain one rule: what it does, why it matters, a failing and a fixed example."""
-    from fasync.docs import explain
     from fasync.lint.engine import catalogue
 
     entry = catalogue().get(code.upper())
     if entry is None:
         _fail(f"fasync rule: unknown code {code!r}; `fasync rules` lists them")
-    typer.echo(explain(entry))
+    typer.echo(entry.as_markdown())
 
 
 @config_app.command("show")

@@ -68,18 +68,6 @@ def render_config_md() -> str:
     return "\n".join(lines + sections) + "\n"
 
 
-def explain(entry) -> str:
-    """One rule or load problem as Markdown: what it does, why it matters, a failing and a fixed example."""
-    return "\n".join([
-        f"## {entry.code} `{entry.name}` ({entry.severity.value})", "",
-        entry.summary, "",
-        "**What it does.** " + entry.what, "",
-        "**Why it matters.** " + entry.why, "",
-        "**Example** (reported):", "", "```yaml", entry.bad_example.rstrip(), "```", "",
-        "Fixed:", "", "```yaml", entry.good_example.rstrip(), "```", "",
-    ])
-
-
 def render_rules_md() -> str:
     from fasync.lint.engine import catalogue
     from fasync.lint.rules import FAMILIES
@@ -97,7 +85,7 @@ def render_rules_md() -> str:
     lines += [f"| [{e.code}](#{e.code.lower()}-{e.name}-{e.severity.value}) | `{e.name}` | {e.severity.value} | "
               f"{_cell(e.summary)} |" for e in entries]
     lines.append("")
-    return "\n".join(lines + [explain(e) for e in entries])
+    return "\n".join(lines + [e.as_markdown() for e in entries])
 
 
 def rules_table(fmt: str = "text") -> str:

@@ -30,10 +30,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from fasync.config.schema import FasyncConfig
+from fasync.model.chunking import LOGIT_CHUNK_ELEMENTS
 
 GB = 1e9
-LOGIT_CHUNK_ELEMENTS = 1 << 26
-"""fp32 logits per scoring chunk (256 MiB): 441 positions of a 152k vocabulary, 2,097 of a 32k one."""
 GRADIENT_BUCKET_ELEMENTS = 1 << 25
 """DDP gradients are summed in flat buckets of up to this many elements (128 MiB in fp32)."""
 RUNTIME_BYTES = 1 * GB

@@ -197,7 +197,7 @@ def test_a_dead_trainer_fails_the_async_run_quickly(ray_session, tmp_path):
     import ray
 
     from fasync.drivers import DRIVERS
-    from fasync.launch.faults import ActorFailed
+    from fasync.errors import ActorFailed
 
     cfg = tiny_config(mode="async", train={"num_rollouts": 1000})
     run = start_run(cfg, tmp_path)

@@ -13,10 +13,10 @@ import pytest
 from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
-from fasync.launch.wire import pack, unpack
 from fasync.rollout.groups import build_factory
 from fasync.rollout.rollouter import Rollouter
 from fasync.rollout.types import Generation
+from fasync.wire import pack, unpack
 
 N = 4
 LONG, SHORT = 6, 1

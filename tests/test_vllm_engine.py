@@ -14,13 +14,13 @@ import torch
 from test_hf_model import skip_unless_vllm_cpu, write_vllm_llama
 
 from fasync.config.schema import FasyncConfig
-from fasync.launch.wire import pack, unpack
 from fasync.model import build_model, build_tokenizer, token_logprobs
 from fasync.rollout.build import build_engine
 from fasync.rollout.groups import build_factory
 from fasync.rollout.hf_engine import HFEngine
 from fasync.rollout.rollouter import Rollouter
 from fasync.rollout.types import Generation, SamplingParams
+from fasync.wire import pack, unpack
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm

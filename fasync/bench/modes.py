@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from fasync.bench.measure import ModeReport, ideal_speedup, measure, median_report
+from fasync.metrics.measure import ModeReport, ideal_speedup, measure, median_report
 
 MODE_SECTIONS = ("async", "correction")
 COMMON = ("resources.rollout_threads=1", "resources.train_threads=1", "logging.progress=none")

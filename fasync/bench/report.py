@@ -19,7 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from fasync.bench.measure import CORRECTION_METRICS, ideal_speedup
 from fasync.bench.modes import (
     COMMON,
     LONG_TAIL,
@@ -30,6 +29,7 @@ from fasync.bench.modes import (
     standard_scenario,
     variant_overrides,
 )
+from fasync.metrics.measure import CORRECTION_METRICS, ideal_speedup
 from fasync.report.markdown import fmt, table
 
 GOALS = {"async": 0.85, "fully_async": 0.9}

@@ -74,5 +74,17 @@ class Code:
         """The same config, fixed."""
         return self._example("good")
 
+    def as_markdown(self) -> str:
+        """The entry as Markdown (docs/rules.md, `fasync rule`, SARIF's help): what it does, why it matters, a
+        failing and a fixed example."""
+        return "\n".join([
+            f"## {self.code} `{self.name}` ({self.severity.value})", "",
+            self.summary, "",
+            "**What it does.** " + self.what, "",
+            "**Why it matters.** " + self.why, "",
+            "**Example** (reported):", "", "```yaml", self.bad_example.rstrip(), "```", "",
+            "Fixed:", "", "```yaml", self.good_example.rstrip(), "```", "",
+        ])
+
     def _example(self, kind: str) -> str:
         return (EXAMPLES / f"{self.code}_{kind}.yaml").read_text(encoding="utf-8")

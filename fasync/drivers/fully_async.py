@@ -20,12 +20,12 @@ import ray
 
 from fasync import staleness as versions
 from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
-from fasync.errors import ConfigurationError
+from fasync.errors import ActorFailed, ConfigurationError, describe_failure
 from fasync.launch.actors import RolloutActor
-from fasync.launch.faults import POLL_S, ActorFailed, describe_failure
-from fasync.launch.wire import pack, unpack
+from fasync.launch.faults import POLL_S
 from fasync.metrics.ledger import Ledger
 from fasync.rollout.rollouter import RolloutState
+from fasync.wire import pack, unpack
 
 
 class RolloutStopped(RuntimeError):

@@ -2,7 +2,7 @@
 
 The classes here are thin: the engine, the trainer and the rollouter are plain Python objects
 (fasync.rollout.engine, fasync.train.trainer, fasync.rollout.rollouter) that also run without Ray.
-What crosses between them is packed by `fasync.launch.wire`, which the rollouter (run inside an actor
+What crosses between them is packed by `fasync.wire`, which the rollouter (run inside an actor
 here) imports too."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import ray
 
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import ResourcePlan
-from fasync.launch.wire import arrays_to_weights, pack, unpack, weights_to_arrays
 from fasync.rollout.engine import probed_names, weights_checksum
 from fasync.rollout.rollouter import Rollouter
 from fasync.rollout.weight_transfer import SentWeights
+from fasync.wire import arrays_to_weights, pack, unpack, weights_to_arrays
 
 
 def _limit_threads(threads: int) -> None:

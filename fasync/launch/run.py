@@ -250,9 +250,8 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
 
     from fasync.drivers import driver_for
     from fasync.drivers.common import Run
-    from fasync.errors import ConfigurationError
+    from fasync.errors import ConfigurationError, describe_failure
     from fasync.launch import reaper
-    from fasync.launch.faults import describe_failure
     from fasync.launch.signals import EXIT_CODE, OUTCOMES, Stop, StopSignals
     from fasync.metrics.progress import Progress
 

@@ -41,11 +41,12 @@ from dataclasses import dataclass, field
 from fasync import staleness as versions
 from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
-from fasync.launch.wire import pack, unpack
+from fasync.errors import ActorFailed, actor_id, describe_failure
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed
 from fasync.rollout.types import GroupId
+from fasync.wire import pack, unpack
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,6 @@ class Rollouter:
 
     async def _awaiting(self, label: str, call):
         """Await an engine's call, marked in `waiting_on`; an engine that dies or raises fails with its name."""
-        from fasync.launch.faults import ActorFailed, actor_id, describe_failure
-
         self._outstanding[label] = time.monotonic()
         try:
             return await call
