@@ -161,10 +161,10 @@ def render_schema_json() -> str:
 
 def render_metrics_md() -> str:
     from fasync.metrics.registry import ALL, METRICS
+    from fasync.modes import MODES
 
     def modes(metric) -> str:
-        text = "all" if metric.modes == ALL else ", ".join(m for m in ("sync", "async", "fully_async")
-                                                           if m in metric.modes)
+        text = "all" if metric.modes == ALL else ", ".join(m for m in MODES if m in metric.modes)
         return text + (f" (with {metric.when})" if metric.when else "")
 
     lines = [

@@ -9,8 +9,6 @@ from __future__ import annotations
 from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
 
-ASYNC_MODES = ("async", "fully_async")
-
 BEHAVIOUR_LOGPROB_TRANSFORMS: dict[str, frozenset[str]] = {
     # fasync.rollout.hf_engine: sampling_logprobs(logits, temperature, top_p).
     "hf": frozenset({"temperature", "top_p"}),

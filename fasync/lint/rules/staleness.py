@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from fasync.diagnostics import Severity
 from fasync.lint.registry import DEFAULT, Finding, Fix, rule
-from fasync.lint.rules.facts import ASYNC_MODES, plural, set_keys, uncorrected_partial_rollout, unit, worst_lag
+from fasync.lint.rules.facts import plural, set_keys, uncorrected_partial_rollout, unit, worst_lag
+from fasync.modes import ASYNC_MODES
 from fasync.staleness import max_lag
 
 
