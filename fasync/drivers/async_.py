@@ -28,8 +28,7 @@ class AsyncDriver:
         self.run = run
         self.interval = run.cfg.async_.update_weights_interval
         self.bound = run.cfg.async_.max_weight_staleness
-        # Unbounded staleness still needs a horizon: at most two rollouts run ahead of training.
-        self.lookahead = (self.bound + 1) * self.interval if self.bound is not None else 2
+        self.lookahead = versions.rollouts_ahead(self.bound, self.interval)
         self.generator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasync-generate")
         self.pending: deque[tuple[int, Future]] = deque()
         """Rollouts submitted for generation, in order, with their results to come."""
