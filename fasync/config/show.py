@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from fasync.config.derived import derive
-from fasync.config.fields import show_value
 from fasync.config.loader import LoadResult
 from fasync.config.provenance import KeyPath, format_key
+from fasync.diagnostics import show_value
 
 SHOW_FORMATS = ("text", "yaml", "json")
 

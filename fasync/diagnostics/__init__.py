@@ -8,6 +8,7 @@ rule; `<CODE>_good.yaml` is the same config fixed): the docs render them and the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -15,6 +16,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
+
+
+def show_value(value) -> str:
+    """A value as a message writes it, as in YAML flow style: null, true, 0.001, "hf", [0.5, 2.0]."""
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 class Severity(str, Enum):

@@ -15,9 +15,8 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from fasync.config.derived import Derived
-from fasync.config.fields import show_value
 from fasync.config.schema import FasyncConfig
-from fasync.diagnostics import Code, Severity
+from fasync.diagnostics import Code, Severity, show_value
 
 
 class _Default:
