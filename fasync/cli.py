@@ -198,7 +198,7 @@ def ledger(run_dir: Annotated[str, typer.Argument(metavar="RUN_DIR", help="A run
         result = audit_run(Path(run_dir))
     except FileNotFoundError as error:
         _fail(f"fasync ledger: {error}")
-    typer.echo(result.describe())
+    typer.echo(result.report())
     raise typer.Exit(ExitCode.OK if result.ok else ExitCode.FAILED)
 
 

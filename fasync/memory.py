@@ -172,7 +172,8 @@ class MemoryEstimate:
     def term(self, name: str) -> Term:
         return next(term for term in self.terms if term.name == name)
 
-    def describe(self) -> str:
+    def breakdown(self) -> str:
+        """One line per term with its formula and size, then the total."""
         lines = [f"  {term.name}: {term.formula} = {term.bytes / GB:.2f} GB" for term in self.terms]
         return "\n".join(lines + [f"  total: {self.total / GB:.2f} GB"])
 

@@ -68,7 +68,7 @@ class LagBound:
         """The same bound in weight versions (a fraction when a version spans several steps)."""
         return None if self.steps is None else self.steps / self.steps_per_version
 
-    def describe(self) -> str:
+    def steps_and_versions(self) -> str:
         """"11 optimizer steps (2.75 versions)", "0 optimizer steps", "unbounded"."""
         if self.steps is None:
             return "unbounded"

@@ -107,7 +107,7 @@ def assert_lag_reaches_the_bound(run) -> None:
 def assert_ledger_balanced(run) -> None:
     assert_rows_match_the_registry(run)
     ledger = run.ledger
-    assert ledger.balanced, ledger.describe()
+    assert ledger.balanced, ledger.balance_sheet()
     assert ledger.consumed > 0
     assert all(record["ledger_balanced"] for record in run.writer.history)
 

@@ -125,7 +125,7 @@ def stream(partial: bool, tokens_per_call: int | None, drains: int = 6):
 
 class StreamingEngine(ScriptedEngine):
     """An engine that streams, as vLLM's does for the rollouter: `submit` adds requests to those it holds, and
-    each `collect` is a decode step (one token for every request held, at the engine's version) unless a request
+    each `take_ended` is a decode step (one token for every request held, at the engine's version) unless a request
     has ended since the last one, and returns those that ended: time passes as the rollouter collects. Records every submit as ([(request_id, tokens it already had)],
     requests held before it), and how many requests it held at each weight load."""
 
@@ -137,7 +137,7 @@ class StreamingEngine(ScriptedEngine):
         self.held_at_loads: list[int] = []
         self.rng = 0
         self.submit = Dispatched(self._submit)
-        self.collect = Dispatched(self._collect)
+        self.take_ended = Dispatched(self._take_ended)
         self.abort = Dispatched(self._abort)
         self.load_weights = Dispatched(self._load_weights)
         self.rng_state = Dispatched(lambda: self.rng)
@@ -152,7 +152,7 @@ class StreamingEngine(ScriptedEngine):
         self.submits.append(([(req.request_id, len(req.output_ids)) for req in requests], len(self.held)))
         self.held.update((req.request_id, req) for req in requests)
 
-    def _collect(self):
+    def _take_ended(self):
         if not self.ended:
             for request_id, req in list(self.held.items()):
                 req = replace(req, output_ids=req.output_ids + [5], logprobs=req.logprobs + [-1.0],
@@ -380,6 +380,6 @@ def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_th
     path = Path(tempfile.mkdtemp()) / "ledger.jsonl"
     path.write_text("".join(json.dumps(entry) + "\n" for entry in journal))
     result = audit(path)
-    assert result.ok, result.describe()
+    assert result.ok, result.report()
     assert result.states["trained"] == 5 * cfg.rollout.batch_size
     assert second.ledger.balanced

@@ -20,13 +20,13 @@ def test_max_lag_is_counted_in_optimizer_steps(mode, bound, steps, interval, lag
 
 def test_unbounded_lag_reads_unbounded():
     lag = st.max_lag("fully_async", None, 2, 1)
-    assert lag.steps is None and lag.versions is None and lag.describe() == "unbounded"
+    assert lag.steps is None and lag.versions is None and lag.steps_and_versions() == "unbounded"
 
 
 def test_describe_adds_versions_only_where_a_version_spans_several_steps():
-    assert st.max_lag("async", 2, 1, 1).describe() == "2 optimizer steps"
-    assert st.max_lag("async", 2, 4, 1).describe() == "11 optimizer steps (2.75 versions)"
-    assert st.max_lag("sync", None, 2, 1).describe() == "1 optimizer step (0.5 versions)"
+    assert st.max_lag("async", 2, 1, 1).steps_and_versions() == "2 optimizer steps"
+    assert st.max_lag("async", 2, 4, 1).steps_and_versions() == "11 optimizer steps (2.75 versions)"
+    assert st.max_lag("sync", None, 2, 1).steps_and_versions() == "1 optimizer step (0.5 versions)"
 
 
 def test_admission_and_staleness_rules():

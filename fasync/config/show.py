@@ -46,7 +46,7 @@ def show(result: LoadResult, fmt: str = "text") -> str:
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip()
     rows = [(key, show_value(value), data["origins"][key]) for key, value in
             ((format_key(p), v) for p, v in _leaves(data["config"]))]
-    lag_text = derive(result.config).max_lag.describe()
+    lag_text = derive(result.config).max_lag.steps_and_versions()
     derived = [(name, lag_text if name == "max_lag" else show_value(value), "")
                for name, value in data["derived"].items()]
     key_width = max(len(r[0]) for r in rows + derived)

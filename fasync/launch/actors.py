@@ -45,14 +45,14 @@ class EngineActor:
         """`pack`ed requests in, `pack`ed generations out."""
         return pack(self.engine.generate(unpack(requests), params, token_budget))
 
-    # `submit` in `control` too: it reaches a streaming engine while `collect` waits in the default group.
+    # `submit` in `control` too: it reaches a streaming engine while `take_ended` waits in the default group.
     @ray.method(concurrency_group="control")
     def submit(self, requests: bytes, params) -> None:
         self.engine.submit(unpack(requests), params)
 
-    def collect(self) -> bytes:
-        """`pack`ed: the submitted requests that ended since the last call (`RolloutEngine.collect`)."""
-        return pack(self.engine.collect())
+    def take_ended(self) -> bytes:
+        """`pack`ed: the submitted requests that ended since the last call (`RolloutEngine.take_ended`)."""
+        return pack(self.engine.take_ended())
 
     def load_weights(self, weights, version: int) -> tuple[int, str]:
         """`weights` as `TrainerActor.rollout_weights` returns them; returns what the engine serves after the

@@ -125,7 +125,7 @@ def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str |
 
     plan = plan_resources(cfg)
     if dry_run:
-        _echo(plan.describe())
+        _echo(plan.summary())
         return ExitCode.OK
     config_dir = Path(config_path).parent
     factory = _factory(cfg, config_dir)
@@ -135,7 +135,7 @@ def train(config_path: str | None, overrides: Sequence[str] = (), run_dir: str |
 
     def start() -> int:
         write_atomic(directory / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
-        write_atomic(directory / "plan.txt", plan.describe() + "\n")
+        write_atomic(directory / "plan.txt", plan.summary() + "\n")
         return _train(cfg, plan, factory, directory)
 
     return _holding_lock(lambda: rundir.prepare_new(directory, config_dir, _echo), start, refused=ExitCode.FAILED)
@@ -354,7 +354,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
 def _ledger_text(run, outcome: str) -> str:
     """The ledger line, and for a run that did not finish, what it left untrained."""
     ledger = run.ledger
-    text = ledger.describe()
+    text = ledger.balance_sheet()
     if outcome != "finished" and (ledger.in_flight or ledger.queued):
         text += (f"\n  at the stop {ledger.in_flight} samples were in flight and {ledger.queued} queued: "
                  "none of them was trained")

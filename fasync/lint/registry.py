@@ -38,7 +38,8 @@ class Fix:
     effect: str = ""
     """What the config then does, in words."""
 
-    def describe(self) -> str:
+    def instruction(self) -> str:
+        """What to change, as the help line says it: "set `key: value` and remove `other` (what it then does)"."""
         changes = " and ".join(f"remove `{key}`" if value is DEFAULT else f"set `{key}: {show_value(value)}`"
                                for key, value in self.edits)
         return f"{changes} ({self.effect})" if self.effect else changes

@@ -51,11 +51,11 @@ def worst_lag(cfg: FasyncConfig, derived: Derived) -> str:
     steps: "11 optimizer steps (2.75 versions), (staleness 2 + 1) × interval 1 × 4 steps per drain − 1"."""
     lag, steps = derived.max_lag, derived.num_steps_per_rollout
     if lag.steps is None or lag.steps_per_version == 1:
-        return lag.describe()
+        return lag.steps_and_versions()
     per = f"{plural(steps, 'step')} per {unit(cfg.mode)}"
     if cfg.mode == "sync":
-        return f"{lag.describe()}, {per} − 1"
-    return (f"{lag.describe()}, (staleness {cfg.async_.max_weight_staleness} + 1) × interval "
+        return f"{lag.steps_and_versions()}, {per} − 1"
+    return (f"{lag.steps_and_versions()}, (staleness {cfg.async_.max_weight_staleness} + 1) × interval "
             f"{cfg.async_.update_weights_interval} × {per} − 1")
 
 
