@@ -33,9 +33,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fasync.bench.measure import REWARD_WINDOW, last_per_rollout
 from fasync.bench.modes import COMMON
 from fasync.bench.report import fmt, measured, table, write_block
+from fasync.metrics.measure import REWARD_WINDOW, last_per_rollout
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/fully_async.yaml"

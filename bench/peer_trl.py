@@ -27,16 +27,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fasync.bench.measure import REWARD_WINDOW  # noqa: E402
 from fasync.bench.report import fmt, measured, table, write_block  # noqa: E402
+from fasync.metrics.measure import REWARD_WINDOW  # noqa: E402
+from fasync.model.tokenizer import TASK_ALPHABET  # noqa: E402
+from fasync.modes import MODES  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PROMPTS, SAMPLES, LR, NEW_TOKENS, TARGET = 32, 8, 2e-3, 6, 0.9
-SIDES = ("trl", "sync", "async", "fully_async")
+SIDES = ("trl", *MODES)
 FASYNC_COMMON = ("resources.rollout_threads=1", "resources.train_threads=1", "logging.progress=none",
                  "train.micro_batch_size=256", "train.global_batch_size=256")
 """On top of configs/quickstart.yaml (32 prompts × 8 samples, lr 2e-3, 6 new tokens, target 0.9)."""
-CHARS = "0123456789+="
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 MODEL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 4, "max_position_embeddings": 32}
@@ -49,7 +50,7 @@ def write_model(directory: Path, seed: int = 0) -> Path:
     import transformers
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    vocab = {token: i for i, token in enumerate(SPECIALS + list(CHARS))}
+    vocab = {token: i for i, token in enumerate(SPECIALS + list(TASK_ALPHABET))}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
@@ -363,7 +364,7 @@ def render(results: dict[str, list[dict]], repeats: int, steps: int, target: flo
         f"TRL's. torch {torch.__version__}, transformers {transformers.__version__}, trl {trl_version}.",
         "\n".join([
             f"- model (both sides): the files written by `write_model` in bench/peer_trl.py: `LlamaForCausalLM` "
-            f"{json.dumps(MODEL)}, vocabulary {len(SPECIALS) + len(CHARS)} (character-level, no chat template), "
+            f"{json.dumps(MODEL)}, vocabulary {len(SPECIALS) + len(TASK_ALPHABET)} (character-level, no chat template), "
             "float32, seed 0",
             "- data and reward (both sides): `fasync.data.tasks.generate_problems('reverse', 6, 4096, seed)`, "
             "`fasync.data.rewards.partial_match`; one torch thread per process",

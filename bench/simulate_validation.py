@@ -31,6 +31,7 @@ from fasync.bench.modes import (
     variant_overrides,
 )
 from fasync.bench.report import measured, parallel_capacity, table, write_block
+from fasync.modes import MODES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +58,7 @@ def speed_block() -> str:
     from fasync.simulate.predict import simulate
 
     rows = []
-    for mode in ("sync", "async", "fully_async"):
+    for mode in MODES:
         cfg = load_config(ROOT / QUICKSTART, [f"mode={mode}", "train.num_rollouts=1000"]).config
         seconds = _timed(lambda cfg=cfg: simulate(cfg, Costs(), build_lengths(cfg)))
         rows.append([f"1,000 optimizer steps, {mode} (256 samples each)", f"{seconds:.3f}"])
@@ -184,8 +185,8 @@ def kept_scenario(scenario: Scenario, out: Path, target: float) -> tuple[Scenari
     """A scenario measured from the run directories an earlier invocation kept (`--from`), every repeat of
     each variant (medians, as `run_scenario` takes them), and the fewest repeats a variant has; None unless
     every variant has one."""
-    from fasync.bench.measure import measure, median_report
     from fasync.bench.modes import read_run_dir
+    from fasync.metrics.measure import measure, median_report
 
     reports, repeats = [], []
     measured_at = scenario.target if scenario.target is not None else target

@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fasync.bench.measure import last_per_rollout, time_to_target
 from fasync.bench.modes import run_variant
 from fasync.bench.report import measured, table, write_block
+from fasync.metrics.measure import last_per_rollout, time_to_target
 
 ROOT = Path(__file__).resolve().parent.parent
 

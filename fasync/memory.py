@@ -31,9 +31,8 @@ from pathlib import Path
 
 from fasync.config.derived import GB, Derived, derive
 from fasync.config.schema import FasyncConfig
+from fasync.model.chunking import LOGIT_CHUNK_ELEMENTS
 
-LOGIT_CHUNK_ELEMENTS = 1 << 26
-"""fp32 logits per scoring chunk (256 MiB): 441 positions of a 152k vocabulary, 2,097 of a 32k one."""
 GRADIENT_BUCKET_ELEMENTS = 1 << 25
 """DDP gradients are summed in flat buckets of up to this many elements (128 MiB in fp32)."""
 RUNTIME_BYTES = 1 * GB
@@ -165,7 +164,8 @@ class MemoryEstimate:
     def term(self, name: str) -> Term:
         return next(term for term in self.terms if term.name == name)
 
-    def describe(self) -> str:
+    def breakdown(self) -> str:
+        """One line per term with its formula and size, then the total."""
         lines = [f"  {term.name}: {term.formula} = {term.bytes / GB:.2f} GB" for term in self.terms]
         return "\n".join(lines + [f"  total: {self.total / GB:.2f} GB"])
 

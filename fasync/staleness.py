@@ -44,6 +44,12 @@ def may_generate(batch_index: int, engine_version: int, interval: int, bound: Op
     return bound is None or train_version(batch_index, interval) - engine_version <= bound
 
 
+def rollouts_ahead(bound: Optional[int], interval: int) -> int:
+    """The most rollouts async generates ahead of the one the trainer trains: `(s + 1) × I`, the furthest
+    `may_generate` ever allows. Unbounded staleness still needs a horizon: two rollouts."""
+    return (bound + 1) * interval if bound is not None else 2
+
+
 def steps_per_version(num_steps_per_rollout: int, interval: int) -> int:
     """Optimizer steps the trainer takes between two weight versions: `I × N`."""
     return interval * max(num_steps_per_rollout, 1)
@@ -62,7 +68,7 @@ class LagBound:
         """The same bound in weight versions (a fraction when a version spans several steps)."""
         return None if self.steps is None else self.steps / self.steps_per_version
 
-    def describe(self) -> str:
+    def steps_and_versions(self) -> str:
         """"11 optimizer steps (2.75 versions)", "0 optimizer steps", "unbounded"."""
         if self.steps is None:
             return "unbounded"

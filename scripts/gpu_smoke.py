@@ -114,10 +114,10 @@ def main() -> int:
     ]
     table = "\n".join(["| quantity | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
     print(table)
-    print(predicted.describe())
+    print(predicted.breakdown())
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "gpu_smoke.md").write_text(
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n{table}\n\n```\n{predicted.describe()}\n```\n")
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n{table}\n\n```\n{predicted.breakdown()}\n```\n")
     if float(difference.mean()) > LOGPROB_TOLERANCE:
         print(f"gpu_smoke: trainer and engine logprobs disagree (mean |Δ| above {LOGPROB_TOLERANCE})", file=sys.stderr)
         return 1

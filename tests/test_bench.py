@@ -14,9 +14,9 @@ import pytest
 import yaml
 from sections import tiny_sections
 
-from fasync.bench.measure import ideal_speedup, measure, median_report, time_to_target
 from fasync.bench.modes import LongTail, mode_overrides, variant_overrides
 from fasync.bench.report import write_block
+from fasync.metrics.measure import ideal_speedup, measure, median_report, time_to_target
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "configs"

@@ -10,7 +10,8 @@ import pytest
 from fasync.config.schema import DataConfig, RewardConfig
 from fasync.data import ConfigurationError, Problem, build_dataset, build_reward
 from fasync.data.rewards import boxed_math, exact_match, last_boxed, partial_match
-from fasync.data.tasks import ALPHABET, generate_problems
+from fasync.data.tasks import generate_problems
+from fasync.model.tokenizer import TASK_ALPHABET
 
 # -- tasks -----------------------------------------------------------------------------------------
 
@@ -18,7 +19,7 @@ from fasync.data.tasks import ALPHABET, generate_problems
 @pytest.mark.parametrize("task", ["reverse", "copy", "sort", "add"])
 def test_task_labels_are_correct(task):
     for problem in generate_problems(task, length=5, count=50, seed=3):
-        assert set(problem.prompt + problem.label) <= set(ALPHABET)
+        assert set(problem.prompt + problem.label) <= set(TASK_ALPHABET)
         question = problem.prompt.removesuffix("=")
         if task == "add":
             a, b = question.split("+")

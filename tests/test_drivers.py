@@ -93,7 +93,7 @@ def assert_lag_reaches_the_bound(run) -> None:
 def assert_ledger_balanced(run) -> None:
     assert_rows_match_the_registry(run)
     ledger = run.ledger
-    assert ledger.balanced, ledger.describe()
+    assert ledger.balanced, ledger.balance_sheet()
     assert ledger.consumed > 0
     assert all(record["ledger_balanced"] for record in run.writer.history)
 
@@ -183,7 +183,7 @@ def test_a_dead_trainer_fails_the_async_run_quickly(ray_session, tmp_path):
     import ray
 
     from fasync.drivers import DRIVERS
-    from fasync.launch.faults import ActorFailed
+    from fasync.errors import ActorFailed
 
     cfg = tiny_config(mode="async", train={"num_rollouts": 1000})
     run = start_run(cfg, tmp_path)

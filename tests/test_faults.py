@@ -86,7 +86,7 @@ def faulty_engines(cfg: FasyncConfig, faults: list[str | None]):
     import ray
 
     from fasync.launch.actors import EngineActor
-    from fasync.launch.wire import pack, unpack
+    from fasync.wire import pack, unpack
 
     @ray.remote(concurrency_groups={"control": 1})
     class FaultyEngine(EngineActor.__ray_actor_class__):

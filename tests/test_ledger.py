@@ -13,7 +13,7 @@ def test_every_transition_keeps_the_ledger_balanced():
     ledger.train(taken=24, trained=20)  # 4 trimmed
     assert (ledger.produced, ledger.in_flight, ledger.queued, ledger.consumed) == (64, 16, 8, 20)
     assert ledger.dropped == {"zero_variance": 8, "stale": 8, "trimmed": 4}
-    assert ledger.balanced and "balanced" in ledger.describe()
+    assert ledger.balanced and "balanced" in ledger.balance_sheet()
 
 
 def test_a_count_gone_negative_or_missing_is_unbalanced():
@@ -21,7 +21,7 @@ def test_a_count_gone_negative_or_missing_is_unbalanced():
     ledger.admit(4)
     ledger.deliver(4)
     ledger.train(taken=8, trained=8)  # more than was queued
-    assert not ledger.balanced and "UNBALANCED" in ledger.describe()
+    assert not ledger.balanced and "UNBALANCED" in ledger.balance_sheet()
     assert not Ledger(produced=1).balanced
 
 

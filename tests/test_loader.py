@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from fasync.config.foreign_keys import TABLE
 from fasync.config.loader import load_config
 from fasync.config.provenance import format_key, parse_key
 from fasync.diagnostics import Location
+from fasync.frameworks import TABLE
 
 HERE = Path(__file__).parent / "configs" / "loader"
 

@@ -5,8 +5,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fasync.cli import app
-from fasync.config.foreign_keys import FRAMEWORKS, TABLE, mappings_for
 from fasync.config.loader import load_config
+from fasync.frameworks import FRAMEWORKS, TABLE, mappings_for
 from fasync.lint.engine import lint
 
 # A verl fully-async run as its users write it, from the keys verl documents for the recipe: 4 mini-batches of

@@ -74,7 +74,7 @@ def _probe() -> dict:
             | {f"engine {i}": [s.group, list(s.bundles)] for i, s in enumerate(plan.engine_slots)},
             "bundle_nodes": {group: placement.bundle_nodes(group) for group in placement.groups},
             "rendezvous": address, "rank0_ip": ips[where["trainer 0"]["node"]],
-            "describe": plan.describe(),
+            "summary": plan.summary(),
         }
         for actor in [*actors.values(), rank0]:
             ray.kill(actor)
@@ -122,8 +122,8 @@ def test_disaggregated_engines_and_trainers_take_separate_gpus(report):
     assert len(held) == len(set(held)) == 8  # 4 ranks + 2 engines × 2 workers, no GPU shared
     assert [layout["where"][f"engine {e}"]["gpus"] for e in range(2)] == [[], []]
     assert ("engine 1: engines bundles 2, 3 (node 0 GPU 2, node 0 GPU 3), 1 GPU for each of its 2 vLLM workers"
-            in layout["describe"])
-    assert "trainer rank 0: trainers bundle 0 (node 1 GPU 0)" in layout["describe"]
+            in layout["summary"])
+    assert "trainer rank 0: trainers bundle 0 (node 1 GPU 0)" in layout["summary"]
 
 
 def test_trainer_rendezvous_is_rank_zero_node_ip(report):

@@ -17,7 +17,7 @@ def test_plan_counts_actors_and_resources():
     assert [slot.bundles for slot in plan.trainer_slots] == [(0,), (1,)]
     roles = {spec.role for spec in plan.actors}
     assert roles == {"rollout engine", "trainer rank", "rollouter and its sample queue"}
-    text = plan.describe()
+    text = plan.summary()
     assert "2 × rollout engine" in text and "worst policy lag: 1" in text
 
 

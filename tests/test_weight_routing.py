@@ -8,7 +8,7 @@ import pytest
 
 from fasync.config.schema import FasyncConfig
 from fasync.drivers.common import Run
-from fasync.launch.faults import WeightSyncMismatch
+from fasync.errors import WeightSyncMismatch
 from fasync.rollout.weight_transfer import SentWeights, transport_of
 from fasync.staleness import VersionClock
 

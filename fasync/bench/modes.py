@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from fasync.bench.measure import ModeReport, ideal_speedup, measure, median_report
+from fasync.metrics.measure import ModeReport, ideal_speedup, measure, median_report
+from fasync.modes import MODES
 
 MODE_SECTIONS = ("async", "correction")
 COMMON = ("resources.rollout_threads=1", "resources.train_threads=1", "logging.progress=none")
@@ -77,7 +78,7 @@ def mode_overrides(mode: str, examples: Path) -> list[str]:
 
 def standard_scenario() -> Scenario:
     return Scenario("modes", "The base config in each mode.",
-                    tuple(Variant(mode, mode) for mode in ("sync", "async", "fully_async")), reference="sync")
+                    tuple(Variant(mode, mode) for mode in MODES), reference="sync")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from fasync.bench.measure import CORRECTION_METRICS, ideal_speedup
 from fasync.bench.modes import (
     COMMON,
     LONG_TAIL,
@@ -30,6 +29,8 @@ from fasync.bench.modes import (
     standard_scenario,
     variant_overrides,
 )
+from fasync.metrics.measure import CORRECTION_METRICS, ideal_speedup
+from fasync.modes import ASYNC_MODES
 from fasync.report.markdown import fmt, table
 
 GOALS = {"async": 0.85, "fully_async": 0.9}
@@ -253,7 +254,7 @@ def benchmark(config: str, overrides: list[str], out_dir: Path | None = None, do
     from fasync.errors import ConfigurationError
 
     examples = examples if examples is not None else Path(config).resolve().parent
-    missing = [f"{mode}.yaml" for mode in ("async", "fully_async") if not (examples / f"{mode}.yaml").is_file()]
+    missing = [f"{mode}.yaml" for mode in ASYNC_MODES if not (examples / f"{mode}.yaml").is_file()]
     if missing:
         raise ConfigurationError(f"fasync bench: {examples} has no {' or '.join(missing)}: the modes' settings are read "
                          "from the example configs beside the base config (see configs/ in the repository)")

@@ -42,13 +42,12 @@ def rules(format: str) -> int:
 
 def rule(code: str) -> int:
     """One rule explained: what it does, why it matters, a failing and a fixed example."""
-    from fasync.docs import explain
     from fasync.lint.engine import catalogue
 
     entry = catalogue().get(code.upper())
     if entry is None:
         return usage_error(f"fasync rule: unknown code {code!r}; `fasync rules` lists them")
-    typer.echo(explain(entry))
+    typer.echo(entry.as_markdown())
     return ExitCode.OK
 
 

@@ -19,5 +19,5 @@ def run(run_dir: str) -> int:
         result = audit_run(Path(run_dir))
     except (FileNotFoundError, DamagedFileError) as error:
         return usage_error(f"fasync ledger: {error}")
-    typer.echo(result.describe())
+    typer.echo(result.report())
     return ExitCode.OK if result.ok else ExitCode.FAILED

@@ -16,10 +16,9 @@ import typer
 
 from fasync.errors import ConfigurationError
 from fasync.exit_codes import ExitCode
+from fasync.modes import MODES
 from fasync.simulate.costs import Costs
 from fasync.simulate.predict import Prediction
-
-MODES = ("sync", "async", "fully_async")
 
 
 @dataclass

@@ -41,7 +41,7 @@ def run(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | N
         return failed
     resolved = resolve(cfg)
     if dry_run:
-        _echo(resolved.plan.describe())
+        _echo(resolved.plan.summary())
         return ExitCode.OK
     config_dir = Path(config_path).parent
     factory = build_data(resolved, config_dir)
@@ -51,7 +51,7 @@ def run(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | N
 
     def start() -> int:
         write_atomic(directory / "config.yaml", yaml.safe_dump(raw, sort_keys=False))
-        write_atomic(directory / "plan.txt", resolved.plan.describe() + "\n")
+        write_atomic(directory / "plan.txt", resolved.plan.summary() + "\n")
         return train(resolved, factory, directory)
 
     return _holding_lock(lambda: rundir.prepare_new(directory, config_dir, _echo), start, refused=ExitCode.FAILED)
@@ -360,8 +360,7 @@ def _interrupted(stop: BaseException, first_signal: int | None, run) -> tuple[st
 
 def _failed(error: Exception, run) -> tuple[str, int, str]:
     """How a run ends that raised `error`, said in one line."""
-    from fasync.errors import ConfigurationError
-    from fasync.launch.faults import describe_failure
+    from fasync.errors import ConfigurationError, describe_failure
     from fasync.launch.signals import EXIT_CODE
 
     if isinstance(error, RunFileError):
@@ -439,7 +438,7 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> Non
 def _ledger_text(run, outcome: str) -> str:
     """The ledger line, and for a run that did not finish, what it left untrained."""
     ledger = run.ledger
-    text = ledger.describe()
+    text = ledger.balance_sheet()
     if outcome != "finished" and (ledger.in_flight or ledger.queued):
         text += (f"\n  at the stop {ledger.in_flight} samples were in flight and {ledger.queued} queued: "
                  "none of them was trained")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import typing
 from collections.abc import Iterator
 
@@ -75,8 +74,3 @@ def default_value(info: FieldInfo):
     """The field's default as plain data (sections dumped by alias)."""
     value = info.get_default(call_default_factory=True)
     return value.model_dump(by_alias=True, mode="json") if isinstance(value, BaseModel) else value
-
-
-def show_value(value) -> str:
-    """A value as it would be written in YAML flow style: null, true, 0.001, "hf", [0.5, 2.0]."""
-    return json.dumps(value, ensure_ascii=False, default=str)

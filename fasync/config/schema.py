@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Mode = Literal["sync", "async", "fully_async"]
+from fasync.modes import Mode
 
 
 class Section(BaseModel):

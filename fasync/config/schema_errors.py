@@ -17,12 +17,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from fasync.config import problems
-from fasync.config.fields import default_value, field_at, iter_fields, section_fields, show_value
-from fasync.config.foreign_keys import FRAMEWORKS, NONE, SAME, KeyMapping, describe, detect, mappings_for, normalize
+from fasync.config.fields import default_value, field_at, iter_fields, section_fields
 from fasync.config.problems import report
 from fasync.config.provenance import KeyPath, Provenance, format_key
 from fasync.config.schema import FasyncConfig
-from fasync.diagnostics import Diagnostic
+from fasync.diagnostics import Diagnostic, show_value
+from fasync.frameworks import FRAMEWORKS, detect, foreign_key_hint, mappings_for, normalize
+from fasync.frameworks.common import NONE, SAME, KeyMapping
 
 _FIELD_NAMES = {path[-1] for path, _ in iter_fields()}
 _SECTIONS = {path[0] for path, info in iter_fields() if len(path) == 1 and section_fields(path) is not None}
@@ -199,7 +200,7 @@ def _unknown_keys(raw: dict, unknown: list[KeyPath], provenance: Provenance
 
 
 def _foreign(path: KeyPath, rows: list[KeyMapping], provenance: Provenance) -> Diagnostic:
-    message, help = describe(format_key(path), rows)
+    message, help = foreign_key_hint(format_key(path), rows)
     return report(problems.FOREIGN_KEY, message, provenance.origin(path), help=help, key=format_key(path))
 
 
@@ -222,7 +223,7 @@ def _grouped(raw: dict, unknown: list[KeyPath], leaves: list[tuple[KeyPath, Any]
         else:
             notes = " ".join(dict.fromkeys(row.note for row in rows if row.note))
             converted.append(f"`{format_key(path)}` → {', '.join(f'`{t}`' for t in targets)} ({notes})")
-    name = FRAMEWORKS[framework]
+    name = FRAMEWORKS[framework].display
     variant = " fully-async" if any(p[0] in ("async_training", "fully_async") for p, _ in leaves) else ""
     parts = [f"the same value: {'; '.join(exact)}" if exact else "",
              f"converted: {'; '.join(converted)}" if converted else "",

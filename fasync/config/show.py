@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from fasync.config.derived import Derived
-from fasync.config.fields import show_value
 from fasync.config.loader import LoadResult
 from fasync.config.provenance import KeyPath, format_key
+from fasync.diagnostics import show_value
 
 SHOW_FORMATS = ("text", "yaml", "json")
 
@@ -48,7 +48,7 @@ def show(result: LoadResult, derived: Derived, fmt: str = "text") -> str:
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip()
     rows = [(key, show_value(value), data["origins"][key]) for key, value in
             ((format_key(p), v) for p, v in _leaves(data["config"]))]
-    lag_text = derived.max_lag.describe()
+    lag_text = derived.max_lag.steps_and_versions()
     derived = [(name, lag_text if name == "max_lag" else show_value(value), "")
                for name, value in data["derived"].items()]
     key_width = max(len(r[0]) for r in rows + derived)

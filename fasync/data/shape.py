@@ -9,8 +9,8 @@ import random
 from dataclasses import dataclass
 
 from fasync.config.schema import FasyncConfig
-from fasync.data.tasks import ALPHABET, TASKS
-from fasync.model.tokenizer import CharTokenizer
+from fasync.data.tasks import TASKS
+from fasync.model.tokenizer import TASK_ALPHABET, CharTokenizer
 
 
 @dataclass(frozen=True)
@@ -28,5 +28,5 @@ def builtin_task_shape(cfg: FasyncConfig) -> TaskShape | None:
     if cfg.data.path is not None or cfg.model.path is not None or cfg.data.task is None:
         return None
     problem = TASKS[cfg.data.task](random.Random(0), cfg.data.length)
-    prompt = CharTokenizer(ALPHABET).format_prompt(problem.prompt)
+    prompt = CharTokenizer(TASK_ALPHABET).format_prompt(problem.prompt)
     return TaskShape(cfg.data.task, len(prompt), len(problem.label))

@@ -19,9 +19,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-ALPHABET = "0123456789+="
-"""Every character a built-in prompt or answer uses."""
-
 
 @dataclass(frozen=True)
 class Problem:

@@ -8,6 +8,7 @@ rule; `<CODE>_good.yaml` is the same config fixed): the docs render them and the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -15,6 +16,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 EXAMPLES = Path(__file__).resolve().parent / "examples"
+
+
+def show_value(value) -> str:
+    """A value as a message writes it, as in YAML flow style: null, true, 0.001, "hf", [0.5, 2.0]."""
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 class Severity(str, Enum):
@@ -73,6 +79,18 @@ class Code:
     def good_example(self) -> str:
         """The same config, fixed."""
         return self._example("good")
+
+    def as_markdown(self) -> str:
+        """The entry as Markdown (docs/rules.md, `fasync rule`, SARIF's help): what it does, why it matters, a
+        failing and a fixed example."""
+        return "\n".join([
+            f"## {self.code} `{self.name}` ({self.severity.value})", "",
+            self.summary, "",
+            "**What it does.** " + self.what, "",
+            "**Why it matters.** " + self.why, "",
+            "**Example** (reported):", "", "```yaml", self.bad_example.rstrip(), "```", "",
+            "Fixed:", "", "```yaml", self.good_example.rstrip(), "```", "",
+        ])
 
     def _example(self, kind: str) -> str:
         return (EXAMPLES / f"{self.code}_{kind}.yaml").read_text(encoding="utf-8")

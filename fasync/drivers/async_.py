@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from fasync import staleness as versions
+from fasync import staleness
 from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
 
 
@@ -28,8 +28,7 @@ class AsyncDriver:
         self.run = run
         self.interval = run.cfg.async_.update_weights_interval
         self.bound = run.cfg.async_.max_weight_staleness
-        # Unbounded staleness still needs a horizon: at most two rollouts run ahead of training.
-        self.lookahead = (self.bound + 1) * self.interval if self.bound is not None else 2
+        self.lookahead = staleness.rollouts_ahead(self.bound, self.interval)
         self.generator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasync-generate")
         self.pending: deque[tuple[int, Future]] = deque()
         """Rollouts submitted for generation, in order, with their results to come."""
@@ -51,7 +50,7 @@ class AsyncDriver:
                                                            "rollouts_ahead": len(self.pending)})
                 run.ledger.train(len(batch.samples), trained_samples(records), batch.groups)
                 with Stopwatch() as sync:
-                    if versions.syncs_after(rollout, self.interval):
+                    if staleness.syncs_after(rollout, self.interval):
                         run.publish_weights(wait=False)
                 run.write(records, sync.seconds)
                 if run.should_stop():
@@ -68,7 +67,7 @@ class AsyncDriver:
         """Submit every rollout that the engines' current version may generate, up to the lookahead."""
         total = self.run.cfg.train.num_rollouts
         while (self.next_rollout < total and len(self.pending) < self.lookahead
-               and versions.may_generate(self.next_rollout, self.run.version, self.interval, self.bound)):
+               and staleness.may_generate(self.next_rollout, self.run.version, self.interval, self.bound)):
             self.pending.append((self.next_rollout, self.generator.submit(self.run.collect)))
             self.next_rollout += 1
 

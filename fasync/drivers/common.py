@@ -12,11 +12,11 @@ import ray
 
 from fasync import checkpoint
 from fasync.atomic import JsonlAppender
+from fasync.errors import TooManyBadSteps, WeightSyncMismatch
 from fasync.launch.actors import TrainerGroup, push_weights, start_engines
-from fasync.launch.faults import TooManyBadSteps, Watchdog, WeightSyncMismatch
+from fasync.launch.faults import Watchdog
 from fasync.launch.placement import Placement
 from fasync.launch.plan import Resolved
-from fasync.launch.wire import pack, unpack
 from fasync.metrics.ledger import JOURNAL, Ledger
 from fasync.metrics.progress import Progress
 from fasync.metrics.signal import LearningSignal
@@ -25,6 +25,7 @@ from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
 from fasync.rollout.weight_transfer import check_transport, transport_of
 from fasync.staleness import VersionClock
+from fasync.wire import pack, unpack
 
 """`Run.stop_reason` of a run that neither stopped early nor failed."""
 

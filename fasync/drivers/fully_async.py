@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import ray
 
-from fasync import staleness as versions
+from fasync import staleness
 from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
-from fasync.errors import ConfigurationError
+from fasync.errors import ActorFailed, ConfigurationError, describe_failure
 from fasync.launch.actors import RolloutActor
-from fasync.launch.faults import POLL_S, ActorFailed, describe_failure
-from fasync.launch.wire import pack, unpack
+from fasync.launch.faults import POLL_S
 from fasync.metrics.ledger import Ledger
 from fasync.rollout.rollouter import RolloutState
+from fasync.wire import pack, unpack
 
 
 class RolloutStopped(RuntimeError):
@@ -65,10 +65,10 @@ class FullyAsyncDriver:
                 self.reports.append(self.rollouter.report_trained.remote(
                     [group.group_id for group in batch.groups], len(batch.samples), trained_samples(records)))
                 with Stopwatch() as sync:
-                    if versions.syncs_after(drain, self.interval):
+                    if staleness.syncs_after(drain, self.interval):
                         self.sync()
                 run.ledger = state.ledger
-                self.describe(records, state)
+                self.record_rollouter_state(records, state)
                 run.record(self._wait(self.rollouter.take_journal.remote(), "the rollouter's journal"))
                 run.write(records, sync.seconds)
                 if run.should_stop():
@@ -86,11 +86,11 @@ class FullyAsyncDriver:
         rollouter overlaps training; the rollouter checks them for staleness at the version that drain
         will train at, and they count as queued until then."""
         count = self.run.cfg.rollout.batch_size
-        request = self.prefetched or self.rollouter.take.remote(count, versions.train_version(drain, self.interval))
+        request = self.prefetched or self.rollouter.take.remote(count, staleness.train_version(drain, self.interval))
         groups, state = unpack(self._wait(request, "the queue (the rollouter's take)"))
         if len(groups) < count:
             raise RolloutStopped("the rollouter stopped before the run was finished")
-        self.prefetched = self.rollouter.take.remote(count, versions.train_version(drain + 1, self.interval))
+        self.prefetched = self.rollouter.take.remote(count, staleness.train_version(drain + 1, self.interval))
         return RolloutBatch(groups, generate_time_s=0.0, rounds=None), state
 
     def sync(self) -> None:
@@ -116,7 +116,7 @@ class FullyAsyncDriver:
             self.run.watchdog.get(*other_sends)
             self.pending_sync = None
 
-    def describe(self, records: list[dict], state: RolloutState) -> None:
+    def record_rollouter_state(self, records: list[dict], state: RolloutState) -> None:
         """What the drain's records say about the rollouter, since the previous drain."""
         # Engine time spent generating since the last drain (spread over the engines' calls).
         records[0]["generate_time_s"] = state.busy_s - self.seen.busy_s

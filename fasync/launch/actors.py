@@ -2,7 +2,7 @@
 
 The classes here are thin: the engine, the trainer and the rollouter are plain Python objects
 (fasync.rollout.engine, fasync.train.trainer, fasync.rollout.rollouter) that also run without Ray.
-What crosses between them is packed by `fasync.launch.wire`, which the rollouter (run inside an actor
+What crosses between them is packed by `fasync.wire`, which the rollouter (run inside an actor
 here) imports too."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import ray
 
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import Resolved, ResourcePlan
-from fasync.launch.wire import arrays_to_weights, pack, unpack, weights_to_arrays
 from fasync.rollout.engine import probed_names, weights_checksum
 from fasync.rollout.rollouter import Rollouter
 from fasync.rollout.weight_transfer import SentWeights
+from fasync.wire import arrays_to_weights, pack, unpack, weights_to_arrays
 
 
 def _limit_threads(threads: int) -> None:
@@ -47,14 +47,14 @@ class EngineActor:
         """`pack`ed requests in, `pack`ed generations out."""
         return pack(self.engine.generate(unpack(requests), params, token_budget))
 
-    # `submit` in `control` too: it reaches a streaming engine while `collect` waits in the default group.
+    # `submit` in `control` too: it reaches a streaming engine while `take_ended` waits in the default group.
     @ray.method(concurrency_group="control")
     def submit(self, requests: bytes, params) -> None:
         self.engine.submit(unpack(requests), params)
 
-    def collect(self) -> bytes:
-        """`pack`ed: the submitted requests that ended since the last call (`RolloutEngine.collect`)."""
-        return pack(self.engine.collect())
+    def take_ended(self) -> bytes:
+        """`pack`ed: the submitted requests that ended since the last call (`RolloutEngine.take_ended`)."""
+        return pack(self.engine.take_ended())
 
     def load_weights(self, weights, version: int) -> tuple[int, str]:
         """`weights` as `TrainerActor.rollout_weights` returns them; returns what the engine serves after the

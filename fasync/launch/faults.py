@@ -1,5 +1,5 @@
-"""Faults that end a run, each with a message that names the actor and what it was doing, and the stall
-watchdog that turns a silent hang into one of them.
+"""The stall watchdog: it turns a silent hang, or an actor that dies while the driver waits on it, into a fault
+that ends the run (`fasync.errors`), with a message that names the actor and what it was doing.
 
 Every wait of the driver on an actor goes through `Watchdog.get` (or `Watchdog.waiting` around a wait of its
 own), with a label for each awaited call ("engine 1's generate call"). An actor that dies fails the wait at
@@ -10,76 +10,15 @@ with every wait still outstanding and how long it has lasted.
 from __future__ import annotations
 
 import itertools
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
+from fasync.errors import ActorFailed, ConfigurationError, RunFault, Stalled, actor_id, describe_failure
+
 POLL_S = 0.5
 """How often a wait looks at the clock (and at actors that died)."""
-
-
-class RunFault(RuntimeError):
-    """A fault that ends the run; its message is the run's stop reason."""
-
-
-class Stalled(RunFault):
-    pass
-
-
-class ActorFailed(RunFault):
-    pass
-
-
-class WeightSyncMismatch(RunFault):
-    pass
-
-
-class TooManyBadSteps(RunFault):
-    pass
-
-
-ACTOR_DIED = "died (killed, out of memory, or crashed: the Ray logs under /tmp/ray/session_latest/logs say which)"
-
-
-def first_line(text: str) -> str:
-    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
-
-
-def actor_id(handle) -> str | None:
-    """The id Ray's errors name an actor by (`RayActorError.actor_id`); None for what is not an actor."""
-    ident = getattr(handle, "_actor_id", None)
-    return ident.hex() if ident is not None else None
-
-
-def describe_failure(error: BaseException, actors: dict[str, str] | None = None) -> str:
-    """One line for an error that ended the run: a `RunFault`'s own message, the actor that died (by its
-    name in `actors`, actor id → name, when known), the remote error inside Ray's wrapper, or the error's
-    type and first line."""
-    from ray.exceptions import RayActorError
-
-    while getattr(error, "cause", None) is not None and error.cause is not error:
-        error = error.cause  # RayTaskError wraps what the actor raised
-    if isinstance(error, RunFault):
-        return str(error)
-    if isinstance(error, RayActorError):
-        name = (actors or {}).get(error.actor_id, "an actor")
-        raised = _creation_error(str(error))
-        return f"{name} failed to start: {raised}" if raised else f"{name} {ACTOR_DIED}"
-    return f"{type(error).__name__}: {first_line(error)}"
-
-
-def _creation_error(text: str) -> str | None:
-    """What an actor's constructor raised, from Ray's report of an actor that died in its creation task (the
-    last `SomeError: message` line of the traceback it carries); None for any other death."""
-    if "creation task" not in text:
-        return None
-    raised = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, re.M)
-    if not raised:
-        return None
-    kind, message = raised[-1]
-    return message if kind == "ConfigurationError" else f"{kind}: {message}"
 
 
 class Watchdog:
@@ -171,8 +110,6 @@ class Watchdog:
     def _fetch(self, ref, label: str):
         import ray
         from ray.exceptions import RayActorError, RayTaskError
-
-        from fasync.errors import ConfigurationError
 
         try:
             return ray.get(ref)

@@ -140,7 +140,8 @@ class ResourcePlan:
         """Logical CPUs for a local cluster: at least what the plan asks, so that no actor waits to be placed."""
         return max(os.cpu_count() or 1, int(self.cpus_needed + 0.999))
 
-    def describe(self) -> str:
+    def summary(self) -> str:
+        """What `--dry-run` prints and plan.txt holds: the cluster, the actors, the placement and the batching."""
         cluster = self.ray_address or ("local Ray cluster started by fasync (a running `ray start` cluster or "
                                        "RAY_ADDRESS is joined only through resources.ray_address)")
         lines = [f"mode: {self.mode}", f"cluster: {cluster}", "actors:"]
@@ -155,7 +156,7 @@ class ResourcePlan:
                      f"{d.effective_global_batch_size} samples")
         lines.append(f"  trimmed per rollout: {d.trimmed_samples_per_rollout}")
         lines.append(f"  micro batches per step per rank: {d.micro_batches_per_step}")
-        lines.append(f"  worst policy lag: {d.max_lag.describe()}")
+        lines.append(f"  worst policy lag: {d.max_lag.steps_and_versions()}")
         lines.append(f"  ratio anchor: {d.ratio_anchor}")
         return "\n".join(lines)
 

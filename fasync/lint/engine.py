@@ -74,7 +74,7 @@ def _rule_diagnostics(result: LoadResult, config: FasyncConfig, select: Sequence
            for rule, exc in crashed]
     reported = _failing(found)
     for rule, finding in found:
-        fixes = [fix.describe() for fix in finding.fixes if _keeps_clean(fix, config, reported, ignore)]
+        fixes = [fix.instruction() for fix in finding.fixes if _keeps_clean(fix, config, reported, ignore)]
         out.append(Diagnostic(rule.code, rule.severity, finding.message + _assumptions(result, finding), finding.key,
                               result.provenance.origin(finding.key), "; or ".join(fixes) or finding.help))
     return out

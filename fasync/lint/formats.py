@@ -104,7 +104,6 @@ def _relative_uri(file: str) -> str:
 
 
 def _sarif(diagnostics: Sequence[Diagnostic]) -> str:
-    from fasync.docs import explain
     from fasync.lint.engine import catalogue
 
     entries = catalogue()
@@ -114,7 +113,7 @@ def _sarif(diagnostics: Sequence[Diagnostic]) -> str:
         "name": e.name,
         "shortDescription": {"text": e.summary},
         "fullDescription": {"text": e.what},
-        "help": {"text": f"{e.what}\n\nWhy: {e.why}", "markdown": explain(e)},
+        "help": {"text": f"{e.what}\n\nWhy: {e.why}", "markdown": e.as_markdown()},
         "defaultConfiguration": {"level": _SARIF_LEVEL[e.severity]},
     } for e in entries.values()]
     results = []

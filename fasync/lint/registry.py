@@ -15,9 +15,8 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from fasync.config.derived import Derived
-from fasync.config.fields import show_value
 from fasync.config.schema import FasyncConfig
-from fasync.diagnostics import Code, Severity
+from fasync.diagnostics import Code, Severity, show_value
 
 
 class _Default:
@@ -39,7 +38,8 @@ class Fix:
     effect: str = ""
     """What the config then does, in words."""
 
-    def describe(self) -> str:
+    def instruction(self) -> str:
+        """What to change, as the help line says it: "set `key: value` and remove `other` (what it then does)"."""
         changes = " and ".join(f"remove `{key}`" if value is DEFAULT else f"set `{key}: {show_value(value)}`"
                                for key, value in self.edits)
         return f"{changes} ({self.effect})" if self.effect else changes

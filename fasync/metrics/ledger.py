@@ -154,7 +154,8 @@ class Ledger:
         return cls(counts["produced"], counts["consumed"], counts["queued"], counts["in_flight"],
                    Counter(counts["dropped"]))
 
-    def describe(self) -> str:
+    def balance_sheet(self) -> str:
+        """produced = consumed + dropped (by reason) + queued + in flight, and whether it holds."""
         drops = ", ".join(f"{reason} {n}" for reason, n in sorted(self.dropped.items())) or "none"
         verdict = "balanced" if self.balanced else "UNBALANCED"
         return (
@@ -206,7 +207,8 @@ class Audit:
     def produced(self) -> int:
         return sum(self.states.values())
 
-    def describe(self) -> str:
+    def report(self) -> str:
+        """What `fasync ledger` prints: the groups' balance, the processes, the drops and any problem."""
         lines = [f"groups: produced {self.produced} = trained {self.states['trained']} + dropped "
                  f"{self.states['dropped']} + queued {self.states['queued']} + in flight {self.states['in_flight']}",
                  f"processes: {self.processes} ({self.processes - 1} resume{'' if self.processes == 2 else 's'}); "

@@ -18,10 +18,10 @@ from typing import Literal, Optional
 
 from fasync.metrics.ledger import DROPPED_FROM
 from fasync.metrics.signal import ENTROPY_FLOOR, STREAK_STEPS
+from fasync.modes import ASYNC_MODES, MODES
 
-Mode = Literal["sync", "async", "fully_async"]
-ALL: frozenset[str] = frozenset({"sync", "async", "fully_async"})
-ASYNC: frozenset[str] = frozenset({"async", "fully_async"})
+ALL: frozenset[str] = frozenset(MODES)
+ASYNC: frozenset[str] = frozenset(ASYNC_MODES)
 FULLY_ASYNC: frozenset[str] = frozenset({"fully_async"})
 Over = Literal["sum", "max", "mean", "last"]
 

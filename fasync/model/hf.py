@@ -65,11 +65,6 @@ class HFCausalLM(nn.Module):
         return score_hidden(hidden, head.weight, head.bias, score)
 
 
-def hf_parameter_names(state_dict: dict) -> dict:
-    """The wrapper's state dict under the Hugging Face names (what other engines load)."""
-    return {name.removeprefix(WRAPPER_PREFIX): tensor for name, tensor in state_dict.items()}
-
-
 def load_hf_model(path: str, dtype: torch.dtype) -> HFCausalLM:
     from transformers import AutoModelForCausalLM
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fasync.memory import LOGIT_CHUNK_ELEMENTS
+from fasync.model.chunking import LOGIT_CHUNK_ELEMENTS
 
 
 @dataclass

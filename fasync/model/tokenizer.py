@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Protocol
 
 from fasync.config.schema import DataConfig, ModelConfig
-from fasync.data.tasks import ALPHABET as TASK_ALPHABET
 from fasync.errors import ConfigurationError
 
+TASK_ALPHABET = "0123456789+="
+"""Every character a built-in task's prompt or answer uses (fasync.data.tasks): the embedded tokenizer's
+characters for a built-in task."""
 TEXT_ALPHABET = "".join(chr(code) for code in range(32, 127)) + "\n"
 """Printable ASCII and newline: what the embedded tokenizer covers for a JSONL dataset."""
 

@@ -26,9 +26,9 @@ SUMMARY = ("run", "mode", "optimizer steps", "rollouts", "wall time (s)", "final
 
 def summary_rows(runs: list[Run]) -> list[list]:
     """One row per run, in `SUMMARY`'s order. Run-wide figures come from the metric registry (`over`); rates,
-    idle fractions, time to target and the correction means from `fasync.bench.measure.measure`, so that
+    idle fractions, time to target and the correction means from `fasync.metrics.measure.measure`, so that
     they are the numbers `fasync bench` reports for the same rows."""
-    from fasync.bench.measure import measure
+    from fasync.metrics.measure import measure
     from fasync.metrics.registry import over
 
     table = []

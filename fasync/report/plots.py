@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from fasync.bench.measure import idle_fractions, last_per_rollout
+from fasync.metrics.measure import idle_fractions, last_per_rollout
 from fasync.metrics.registry import METRICS, over
 from fasync.report.runs import Run
 
@@ -90,7 +90,7 @@ def _by_wall(name: str) -> Callable[[Run], tuple[list[float], list[float]]]:
 def idle_series(run: Run) -> tuple[list[int], list[float], list[float]]:
     """(optimizer step at the end of each rollout, trainer idle, rollouter idle) per rollout after the first:
     the time between two rollouts' last rows outside train calls and outside generate calls
-    (`fasync.bench.measure.idle_fractions`, over one rollout instead of the steady window)."""
+    (`fasync.metrics.measure.idle_fractions`, over one rollout instead of the steady window)."""
     ends = last_per_rollout(run.rows)
     steps, trainer, rollouter = [], [], []
     for before, end in zip(ends, ends[1:]):

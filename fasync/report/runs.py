@@ -1,7 +1,7 @@
 """A run directory as the report reads it: its metrics rows, checked line by line, and what its config says.
 
 Every number comes from `metrics.jsonl` through the metric registry (fasync/metrics/registry.py) and the
-benchmark's measurements (fasync/bench/measure.py), so the report shows the figures `fasync bench` and
+benchmark's measurements (fasync/metrics/measure.py), so the report shows the figures `fasync bench` and
 `summary.json` show, computed the same way.
 """
 

@@ -6,7 +6,7 @@ control concurrency group), so the state they touch is an Event, a counter and a
 lock, and backends check `interrupted()` between decode steps.
 
 An engine that `streams` (vLLM) also takes requests while it generates: `submit` adds them to what is in
-flight and `collect` returns them as they end, which the fully_async rollouter uses for continuous batching.
+flight and `take_ended` returns them as they end, which the fully_async rollouter uses for continuous batching.
 Every engine serves `generate`, one closed batch per call, which sync and async use.
 """
 
@@ -62,7 +62,7 @@ class Continuation:
 
 class RolloutEngine(ABC):
     streams = False
-    """Whether `submit` and `collect` work: requests join and leave while the engine generates."""
+    """Whether `submit` and `take_ended` work: requests join and leave while the engine generates."""
 
     def __init__(self) -> None:
         self._version = 0
@@ -162,7 +162,7 @@ class RolloutEngine(ABC):
         in the engine until `resume`, and a weight load meanwhile applies to their next tokens."""
         raise NotImplementedError(f"{type(self).__name__} generates closed batches only (`generate`)")
 
-    def collect(self) -> list[Generation]:
+    def take_ended(self) -> list[Generation]:
         """The submitted requests that ended since the last call, finished or aborted (with the tokens they
         generated); waits until one has, or until none is in flight."""
         raise NotImplementedError(f"{type(self).__name__} generates closed batches only (`generate`)")

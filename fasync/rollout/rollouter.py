@@ -38,12 +38,13 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from fasync import staleness as versions
-from fasync.launch.wire import pack, unpack
+from fasync import staleness
+from fasync.errors import ActorFailed, actor_id, describe_failure
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed
 from fasync.rollout.types import GroupId
+from fasync.wire import pack, unpack
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,8 @@ class Rollouter:
         return self.groups_admitted - self.groups_dropped
 
     def _fresh_enough(self, ahead: int) -> bool:
-        return versions.may_generate(ahead // self.cfg.rollout.batch_size, self.version,
-                                     self.cfg.async_.update_weights_interval, self.cfg.async_.max_weight_staleness)
+        return staleness.may_generate(ahead // self.cfg.rollout.batch_size, self.version,
+                                       self.cfg.async_.update_weights_interval, self.cfg.async_.max_weight_staleness)
 
     def _admit(self, most: int) -> list[PromptGroup]:
         in_flight = self.ledger.in_flight
@@ -133,8 +134,6 @@ class Rollouter:
 
     async def _awaiting(self, label: str, call):
         """Await an engine's call, marked in `waiting_on`; an engine that dies or raises fails with its name."""
-        from fasync.launch.faults import ActorFailed, actor_id, describe_failure
-
         self._outstanding[label] = time.monotonic()
         try:
             return await call
@@ -186,7 +185,7 @@ class Rollouter:
             collector.result()  # the engine's failure, named, if the last collector met one
             collector = None
         if collector is None:
-            collector = self._collectors[index] = asyncio.create_task(self._collect(index, engine))
+            collector = self._collectors[index] = asyncio.create_task(self._take_back(index, engine))
         changed = asyncio.create_task(self._changed.wait())
         try:
             await asyncio.wait([collector, changed], return_when=asyncio.FIRST_COMPLETED)
@@ -195,13 +194,13 @@ class Rollouter:
         if collector.done():
             collector.result()  # the engine's failure, named
 
-    async def _collect(self, index: int, engine) -> None:
+    async def _take_back(self, index: int, engine) -> None:
         """Take the engine's requests back as they end, until it holds none; apart from the engine loop, so that
         a delivery waiting for room in the queue does not keep a sync or a snapshot waiting for the engine."""
         started = time.monotonic()
         try:
             while self._held[index]:
-                ended = unpack(await self._awaiting(f"engine {index}'s generation", engine.collect.remote()))
+                ended = unpack(await self._awaiting(f"engine {index}'s generation", engine.take_ended.remote()))
                 self._apply(ended, self.in_flight.values())
                 await self._release(index, [gen.request_id for gen in ended])
                 self._changed.set()
@@ -310,7 +309,7 @@ class Rollouter:
             if not groups:
                 break  # the queue was shut down
             for group in groups:
-                if versions.too_stale(train_version, group.oldest_version, bound):
+                if staleness.too_stale(train_version, group.oldest_version, bound):
                     self._drop(group, "stale")
                     if self.cfg.async_.stale_policy == "regenerate":
                         self._retry.append(group)
@@ -419,7 +418,7 @@ class Rollouter:
         for group in state["in_flight"]:
             self.in_flight[group.group_id] = group
             oldest = group.oldest_token_version
-            if oldest is not None and versions.too_stale(self.version, oldest, bound):
+            if oldest is not None and staleness.too_stale(self.version, oldest, bound):
                 self._drop(group, "stale_at_resume")
                 if self.cfg.async_.stale_policy == "regenerate":
                     self._retry.append(group)

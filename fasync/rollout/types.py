@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from fasync import staleness as versions
+from fasync import staleness
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -79,4 +79,4 @@ class Sample:
 
     def staleness(self, current_version: int) -> int:
         """Versions between the trainer's weights and the oldest weights that produced any token."""
-        return versions.staleness(current_version, self.oldest_version)
+        return staleness.staleness(current_version, self.oldest_version)

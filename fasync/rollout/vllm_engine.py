@@ -9,7 +9,7 @@ rule: a completion ends at one of fasync's stop ids (`SamplingParams.stop_token_
 budget, and nowhere else (`ignore_eos`: vLLM would otherwise also stop at the model's own EOS ids).
 New weights arrive through `fasync.rollout.weight_transfer`.
 
-In fully_async the rollouter streams requests into the engine instead (`submit` and `collect`, continuous
+In fully_async the rollouter streams requests into the engine instead (`submit` and `take_ended`, continuous
 batching: `fasync.rollout.vllm_stream`, whose docstring says why a stepped `LLMEngine` and not `AsyncLLM`).
 """
 
@@ -211,8 +211,8 @@ class VLLMEngine(RolloutEngine):
     def submit(self, requests: list[Generation], params: SamplingParams) -> None:
         self._stream.submit(requests, params)
 
-    def collect(self) -> list[Generation]:
-        return self._stream.collect()
+    def take_ended(self) -> list[Generation]:
+        return self._stream.take_ended()
 
     def abort(self) -> None:
         super().abort()

@@ -136,7 +136,7 @@ class RequestStream:
                 self._thread.start()
             self._changed.notify_all()
 
-    def collect(self) -> list[Generation]:
+    def take_ended(self) -> list[Generation]:
         """The requests that ended since the last call, finished or aborted (with the tokens they generated),
         waiting until there is one, or until nothing is in flight (then none)."""
         with self._changed:
@@ -180,7 +180,7 @@ class RequestStream:
                     # A pause that took `busy` between the look above and here: the step waits for `resume`.
                     if self._running.is_set() or self._aborting:
                         self._step()
-        except BaseException as error:  # noqa: BLE001 - handed to `collect`, which raises it in the caller
+        except BaseException as error:  # noqa: BLE001 - handed to `take_ended`, which raises it in the caller
             with self._changed:
                 self._failure = error
                 self._changed.notify_all()

@@ -1,6 +1,6 @@
 """How the trainer's weights reach a vLLM engine: one interface, a transport per placement.
 
-- `cpu` (vLLM's CPU build): the weights cross to the engine actor as arrays (`fasync.launch.wire`), then
+- `cpu` (vLLM's CPU build): the weights cross to the engine actor as arrays (`fasync.wire`), then
   into vLLM's worker as one safetensors blob through `collective_rpc`, whose arguments vLLM serializes
   with msgpack (a tensor would arrive as a plain list, bytes arrive as bytes). The worker reloads them
   with its model runner's `reload_weights`, which also redoes the CPU build's repacking of linear

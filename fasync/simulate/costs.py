@@ -51,10 +51,6 @@ class Costs:
     def decode_step(self, rows: int) -> float:
         return self.engine_step + self.engine_row * rows
 
-    def generate_call(self, prefill_tokens: int, takes: list[int], static: bool) -> float:
-        """One call that prefills `prefill_tokens` and gives each row `takes[i]` new tokens."""
-        return self.call_time_to(max(takes, default=0), prefill_tokens, takes, static)
-
     def call_time_to(self, steps: int, prefill_tokens: int, takes: list[int], static: bool) -> float:
         """Seconds from a call's start to the end of its decode step `steps` (all of them: the whole call)."""
         row_steps = len(takes) * steps if static else sum(min(take, steps) for take in takes)

@@ -28,7 +28,7 @@ from fasync.config.schema import FasyncConfig
 from fasync.simulate.costs import Costs
 from fasync.simulate.lengths import Lengths
 from fasync.simulate.state import Call, Group, Recorder, Workload, finish_call, plan_call, split_steps
-from fasync.staleness import may_generate, too_stale, train_version
+from fasync.staleness import may_generate, rollouts_ahead, syncs_after, too_stale, train_version
 
 
 class Simulation:
@@ -125,7 +125,7 @@ class Simulation:
         cfg = self.cfg
         interval, bound = cfg.async_.update_weights_interval, cfg.async_.max_weight_staleness
         total = cfg.train.num_rollouts
-        lookahead = (bound + 1) * interval if bound is not None else 2
+        lookahead = rollouts_ahead(bound, interval)
         pushes: list[float] = []
         """When each push was sent: version v + 1 at pushes[v]."""
         applied = 0
@@ -165,7 +165,7 @@ class Simulation:
             generating = any(end_ > now for busy in self.recorder.engine_busy for _, end_ in busy[-1:])
             now, trained, steps = self._train(groups, train_version(rollout, interval), now,
                                               self._slowdown(generating))
-            if (rollout + 1) % interval == 0:
+            if syncs_after(rollout, interval):
                 version += 1
                 self.recorder.publish(version)
                 pushes.append(now)  # sent without waiting: the engines load it after their call in progress
@@ -401,7 +401,7 @@ class FullyAsync:
         self.at(end, self.train_end)
 
     def train_end(self) -> None:
-        if (self.drain + 1) % self.interval:
+        if not syncs_after(self.drain, self.interval):
             self.end_drain()
         elif self.sync_done_at is None:
             self.trainer_waits = "sync"  # `FullyAsync.sync` waits for the previous push before sending this one

@@ -1,6 +1,6 @@
 """From a config and a cost model to a prediction: what `fasync bench` would measure, from simulated time.
 
-The quantities are computed as `fasync.bench.measure` computes them from a real run's metrics: rates and
+The quantities are computed as `fasync.metrics.measure` computes them from a real run's metrics: rates and
 idle fractions over the steady window (from the first rollout's record to the last), so that predicted and
 measured figures compare like for like.
 """

@@ -15,7 +15,6 @@ from __future__ import annotations
 from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
 from fasync.lint.rules.facts import (
-    ASYNC_MODES,
     BEHAVIOUR_LOGPROB_TRANSFORMS,
     TRAINER_LOGPROB_TRANSFORMS,
     active_transforms,
@@ -23,6 +22,7 @@ from fasync.lint.rules.facts import (
     uncorrected_partial_rollout,
     worst_lag,
 )
+from fasync.modes import ASYNC_MODES
 
 _TRANSFORMS = {
     "temperature": ("rollout.temperature", "temperature scaling"),

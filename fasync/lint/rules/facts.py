@@ -9,8 +9,6 @@ from __future__ import annotations
 from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
 
-ASYNC_MODES = ("async", "fully_async")
-
 BEHAVIOUR_LOGPROB_TRANSFORMS: dict[str, frozenset[str]] = {
     # fasync.rollout.hf_engine: sampling_logprobs(logits, temperature, top_p).
     "hf": frozenset({"temperature", "top_p"}),
@@ -53,11 +51,11 @@ def worst_lag(cfg: FasyncConfig, derived: Derived) -> str:
     steps: "11 optimizer steps (2.75 versions), (staleness 2 + 1) × interval 1 × 4 steps per drain − 1"."""
     lag, steps = derived.max_lag, derived.num_steps_per_rollout
     if lag.steps is None or lag.steps_per_version == 1:
-        return lag.describe()
+        return lag.steps_and_versions()
     per = f"{plural(steps, 'step')} per {unit(cfg.mode)}"
     if cfg.mode == "sync":
-        return f"{lag.describe()}, {per} − 1"
-    return (f"{lag.describe()}, (staleness {cfg.async_.max_weight_staleness} + 1) × interval "
+        return f"{lag.steps_and_versions()}, {per} − 1"
+    return (f"{lag.steps_and_versions()}, (staleness {cfg.async_.max_weight_staleness} + 1) × interval "
             f"{cfg.async_.update_weights_interval} × {per} − 1")
 
 

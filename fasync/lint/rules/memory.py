@@ -33,7 +33,7 @@ def gpu_memory_exceeded(cfg, derived):
         "resources.gpu_memory_gb",
         f"one trainer GPU needs about {found.total / GB:.1f} GB ({found.strategy}, {found.dims.parameters:,} "
         f"parameters of {found.dims.source}) but `resources.gpu_memory_gb` is {res.gpu_memory_gb:g}:\n"
-        + found.describe(),
+        + found.breakdown(),
         "shrink the largest term: `train.strategy: fsdp2` over more `resources.trainer_ranks`, "
         "`train.activation_checkpointing: true`, or a smaller `train.max_tokens_per_micro_batch`; or set "
         "`resources.gpu_memory_gb` to what the GPUs have",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
-from fasync.lint.rules.facts import ASYNC_MODES, plural
+from fasync.lint.rules.facts import plural
+from fasync.modes import ASYNC_MODES
 
 
 @rule(

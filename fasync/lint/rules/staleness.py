@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from fasync.diagnostics import Severity
 from fasync.lint.registry import DEFAULT, Finding, Fix, rule
-from fasync.lint.rules.facts import ASYNC_MODES, plural, set_keys, uncorrected_partial_rollout, unit, worst_lag
+from fasync.lint.rules.facts import plural, set_keys, uncorrected_partial_rollout, unit, worst_lag
+from fasync.modes import ASYNC_MODES
 from fasync.staleness import max_lag
 
 
@@ -46,7 +47,7 @@ def multi_step_staleness(cfg, derived):
     else:
         one_step = max_lag(cfg.mode, bound, 1, cfg.async_.update_weights_interval)
         lag = (f"under `async.max_weight_staleness` {bound} the worst policy lag is {worst_lag(cfg, derived)}, where "
-               f"one step per {per} would give {one_step.describe()}")
+               f"one step per {per} would give {one_step.steps_and_versions()}")
     yield Finding(
         "train.num_steps_per_rollout" if explicit else "train.global_batch_size",
         f"{steps} optimizer steps per {per} ({source}): {lag}; the later steps train on data staler than the "
@@ -243,7 +244,7 @@ def sliced_completions_outlive_bound(cfg, derived):
     fate = "regenerated" if cfg.async_.stale_policy == "regenerate" else "dropped"
     raise_bound = f"`async.max_weight_staleness: {calls}`"
     raised = max_lag(cfg.mode, calls, derived.num_steps_per_rollout, cfg.async_.update_weights_interval)
-    raise_bound += f" (a worst policy lag of {raised.describe()}, against {derived.max_lag.describe()} now)"
+    raise_bound += f" (a worst policy lag of {raised.steps_and_versions()}, against {derived.max_lag.steps_and_versions()} now)"
     fix = (f"set `async.tokens_per_call: {-(-longest // bound)}` or more (at most {bound} calls per completion), "
            f"or {raise_bound}" if bound > 0 else f"set {raise_bound}")
     yield Finding(

@@ -1,0 +1,161 @@
+"""What every framework module is made of: its key table's rows, the source settings its importer reads, the
+fasync values it sets, and the settings its expresser writes.
+
+Below `fasync.config`, whose loader hints read the key tables: nothing here imports the config package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fasync.diagnostics import show_value
+
+SAME, CONVERTED, NONE = "same", "converted", "none"
+"""The value carries over as it is; it is converted (arithmetic, units, other keys); fasync has no equivalent."""
+
+
+@dataclass(frozen=True)
+class KeyMapping:
+    framework: str
+    """The framework's id (`prime-rl`)."""
+    display: str
+    """Its name as its authors write it (`prime-rl`, `AReaL`)."""
+    source: str
+    """The key in the framework's spelling, normalised (`--rollout-batch-size` is `rollout_batch_size`); a
+    trailing `.*` covers a whole section."""
+    targets: tuple[str, ...]
+    kind: str
+    note: str = ""
+
+
+NO_CRITIC = ("fasync has no critic: its advantages (grpo, reinforce_baseline) need no value model, so the "
+             "critic's settings have no equivalent.")
+NESTED = ("a section of {source}'s nested layout; fasync has flat sections (model, data, reward, rollout, "
+          "train, async, correction, resources, logging, checkpoint, lint): each key that has a fasync equivalent "
+          "maps on its own (docs/migrate.md lists them).")
+EPOCHS = ("PPO epochs train every sample again; fasync trains each sample once (several steps split a rollout "
+          "into distinct batches): no equivalent, fasync behaves as 1.")
+TRACKERS = ("tensorboard", "wandb", "mlflow")
+"""The experiment trackers fasync logs to besides metrics.jsonl."""
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework fasync translates, both ways."""
+
+    id: str
+    """As `fasync import` and `config show --as` name it."""
+    display: str
+    rows: Sequence[tuple]
+    """(key, fasync key(s), SAME/CONVERTED/NONE[, note]) for each key: see `keys`."""
+    import_into: Callable[[Source, Imported], set[str]]
+    """Sets what the table's SAME rows cannot (the mode, converted values, trackers); returns the source keys it
+    converted."""
+    express: Callable[[Any, Any], Expressed]
+    """`(config, derived)` as this framework's settings, computed by its semantics, which `fasync import` reads back
+    to the same derived quantities; what it cannot express is listed."""
+    rollout_checkpoint_keys: tuple[str, ...] = ()
+    """Checkpoint intervals the framework counts in rollouts (its training or global steps); fasync's
+    `checkpoint.every` counts optimizer steps."""
+    hydra: bool = False
+    """Its command line takes hydra `key=value` overrides, not argparse `--flag value`."""
+    keys: tuple[KeyMapping, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        keys = []
+        for source, targets, kind, *note in self.rows:
+            targets = (targets,) if isinstance(targets, str) else tuple(targets)
+            keys.append(KeyMapping(self.id, self.display, source, targets, kind, note[0] if note else ""))
+        object.__setattr__(self, "keys", tuple(keys))
+
+
+# --- importing -------------------------------------------------------------------------------------------
+
+@dataclass
+class Source:
+    """A framework's settings, by the table's spelling of each key, with where each came from."""
+
+    framework: Framework
+    values: dict[str, Any] = field(default_factory=dict)
+    written: dict[str, str] = field(default_factory=dict)
+    """Table key → the key as written (`--rollout-batch-size`, `actor_rollout_ref.rollout.n`)."""
+    script: str = ""
+    """The Python entry point a launch script runs (slime's train_async.py), if any."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def cite(self, key: str, default: Any = None) -> str:
+        """`actor_rollout_ref.rollout.n` 16, or "default 1" when the source does not set it."""
+        if key in self.values:
+            return f"{self.written.get(key, key)} {show_value(self.values[key])}"
+        return f"{key} {show_value(default)} (the {self.framework.display} default)"
+
+
+@dataclass
+class Imported:
+    values: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    """fasync key → (value, where it came from: the source key and value, with any arithmetic)."""
+    unmapped: list[tuple[str, Any, str]] = field(default_factory=list)
+    """(key as written, value, why) for what has no fasync equivalent."""
+
+    def set(self, key: str, value: Any, why: str) -> None:
+        self.values[key] = (value, why)
+
+    def set_trackers(self, found: dict[str, str]) -> None:
+        """`logging.backends` from the experiment trackers the source logs to (tracker → where the source says
+        so); jsonl is always on."""
+        if found:
+            self.set("logging.backends", ["jsonl", *found], "; ".join(dict.fromkeys(found.values())))
+
+
+# --- expressing ------------------------------------------------------------------------------------------
+
+@dataclass
+class Expressed:
+    """A fasync config's geometry, mode and staleness as one framework writes them."""
+
+    framework: Framework
+    entry: str
+    """What a launch script runs (`python3 train_async.py`), or the file kind (yaml, toml, python)."""
+    settings: list[tuple[str, Any, str]] = field(default_factory=list)
+    """(key as the framework writes it, value, the fasync quantity it carries)."""
+    missing: list[str] = field(default_factory=list)
+    """What the framework cannot say of this config: reading it back with `fasync import` gives another run."""
+
+    def put(self, key: str, value: Any, why: str) -> None:
+        self.settings.append((key, value, why))
+
+    def note_trimmed_samples(self, derived) -> None:
+        if derived.trimmed_samples_per_rollout:
+            self.missing.append(f"{derived.trimmed_samples_per_rollout} samples per rollout that fasync trims: "
+                                f"{self.framework.display} trains every sample it generates")
+
+    def prompts_per_step(self, samples_per_step: int, n: int) -> int:
+        if samples_per_step % n:
+            self.missing.append(f"a step of {samples_per_step} samples with {n} per prompt: "
+                                f"{self.framework.display} counts whole prompts per mini-batch")
+        return max(samples_per_step // n, 1)
+
+    def note_sync_every_step(self, interval: int) -> None:
+        """For a framework that syncs the weights after every training step."""
+        if interval != 1:
+            self.missing.append(f"async.update_weights_interval {interval}: {self.framework.display} syncs the "
+                                "weights after every training step")
+
+    def put_streaming_bound(self, cfg, key: str) -> None:
+        """Frameworks that always stream (AReaL, prime-rl): the bound is a number, 0 their closest to sync."""
+        name, bound = self.framework.display, cfg.async_.max_weight_staleness
+        if cfg.mode != "fully_async":
+            self.missing.append(f"mode {cfg.mode}: {name} always streams ({key} 0 is its closest to sync)")
+        elif bound is None:
+            self.missing.append(f"no staleness bound: {name}'s {key} is always a number")
+        self.put(key, bound if bound is not None else 0, "async.max_weight_staleness")
+
+
+def geometry(cfg, derived) -> tuple[int, int, int, int, Any, int]:
+    """(prompts, samples per prompt, samples per step, steps per drain, staleness bound, sync interval)."""
+    return (cfg.rollout.batch_size, cfg.rollout.n_samples_per_prompt, derived.effective_global_batch_size,
+            derived.num_steps_per_rollout, cfg.async_.max_weight_staleness, cfg.async_.update_weights_interval)

@@ -1,0 +1,207 @@
+"""verl (volcengine/verl): its PPO trainer (synchronous) and its fully-async recipe (`async_training.*`)."""
+
+from __future__ import annotations
+
+import math
+
+import yaml
+
+from fasync.frameworks.common import (
+    CONVERTED,
+    EPOCHS,
+    NESTED,
+    NO_CRITIC,
+    NONE,
+    SAME,
+    TRACKERS,
+    Expressed,
+    Framework,
+    Imported,
+    Source,
+    geometry,
+)
+
+ROWS = [
+    ("data.train_batch_size", "rollout.batch_size", SAME,
+     "prompts per rollout, as in fasync; the fully-async recipe ignores it (0): a drain is "
+     "require_batches × ppo_mini_batch_size prompts."),
+    ("data.max_response_length", "rollout.max_new_tokens", SAME),
+    ("data.train_files", "data.path", CONVERTED, "verl reads parquet; fasync reads a JSONL file of prompt/label objects."),
+    ("data.max_prompt_length", (), NONE, "fasync does not truncate prompts."),
+    ("actor_rollout_ref.rollout.n", "rollout.n_samples_per_prompt", SAME),
+    ("actor_rollout_ref.rollout.response_length", "rollout.max_new_tokens", SAME),
+    ("actor_rollout_ref.rollout.temperature", "rollout.temperature", SAME),
+    ("actor_rollout_ref.rollout.top_p", "rollout.top_p", SAME),
+    ("actor_rollout_ref.rollout.tensor_model_parallel_size", "resources.gpus_per_engine", SAME),
+    ("actor_rollout_ref.rollout.name", "rollout.engine", CONVERTED, "vllm is `rollout.engine: vllm`; sglang has no equivalent."),
+    ("actor_rollout_ref.model.path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size", "train.global_batch_size", CONVERTED,
+     "verl counts prompts and multiplies by rollout.n; fasync counts samples: train.global_batch_size = "
+     "ppo_mini_batch_size × rollout.n_samples_per_prompt."),
+    ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "train.micro_batch_size", SAME,
+     "samples per forward/backward pass on one rank."),
+    ("actor_rollout_ref.actor.ppo_micro_batch_size", "train.micro_batch_size", CONVERTED,
+     "verl's un-suffixed value is global across GPUs; fasync's is per rank: divide by resources.trainer_ranks."),
+    ("actor_rollout_ref.actor.ppo_epochs", (), NONE, EPOCHS),
+    ("actor_rollout_ref.actor.use_kl_loss", "train.kl_coef", CONVERTED,
+     "fasync adds the KL to a reference model to the loss whenever train.kl_coef > 0: false is kl_coef 0."),
+    ("actor_rollout_ref.actor.kl_loss_coef", "train.kl_coef", CONVERTED, "counts only with use_kl_loss."),
+    ("actor_rollout_ref.actor.clip_ratio", ("train.clip_eps_low", "train.clip_eps_high"), SAME),
+    ("actor_rollout_ref.actor.clip_ratio_low", "train.clip_eps_low", SAME),
+    ("actor_rollout_ref.actor.clip_ratio_high", "train.clip_eps_high", SAME),
+    ("actor_rollout_ref.actor.entropy_coeff", "train.entropy_coef", SAME),
+    ("actor_rollout_ref.actor.loss_agg_mode", "train.loss_aggregation", CONVERTED,
+     "token-mean is token_mean, seq-mean-token-mean is sequence_mean; the other modes have no equivalent."),
+    ("actor_rollout_ref.actor.optim.lr", "train.lr", SAME),
+    ("actor_rollout_ref.actor.optim.weight_decay", "train.weight_decay", SAME),
+    ("actor_rollout_ref.actor.grad_clip", "train.grad_clip", SAME),
+    ("actor_rollout_ref.actor.use_dynamic_bsz", (), NONE,
+     "it packs micro batches by token count; it is not train.use_dynamic_global_batch_size, which makes each "
+     "rollout exactly one optimizer step."),
+    ("actor_rollout_ref.actor.use_rollout_log_probs", "correction.ratio_anchor", CONVERTED,
+     "the PPO ratio against the rollout's logprobs is `ratio_anchor: behaviour`."),
+    ("algorithm.adv_estimator", "train.advantage_estimator", CONVERTED,
+     "grpo is grpo; gae needs a critic, and rloo, reinforce_plus_plus and remax have no equivalent "
+     "(reinforce_baseline subtracts the batch mean)."),
+    ("algorithm.norm_adv_by_std_in_grpo", "train.normalize_advantage_std", SAME),
+    ("algorithm.use_kl_in_reward", (), NONE, "a KL penalty folded into the reward has no fasync equivalent."),
+    ("algorithm.kl_ctrl.*", (), NONE, "a KL penalty folded into the reward has no fasync equivalent."),
+    ("algorithm.rollout_correction.rollout_is", "correction.level", CONVERTED,
+     "token and sequence are the same levels; null is none."),
+    ("algorithm.rollout_correction.rollout_is_threshold", "correction.weight_upper", SAME,
+     "the truncation cap of the importance weights."),
+    ("algorithm.rollout_correction.rollout_is_batch_normalize", "correction.batch_normalize", SAME),
+    ("algorithm.rollout_correction.rollout_rs", ("correction.reject_token_ratio", "correction.reject_sequence_ratio",
+                                                  "correction.reject_kl"), CONVERTED,
+     "verl's rejection modes (token_k1, seq_mean_k3, ...) mask by a ratio or KL estimate; fasync masks tokens "
+     "or sequences whose ratio leaves [low, high], or sequences whose mean k3 KL exceeds reject_kl."),
+    ("algorithm.rollout_correction.rollout_rs_threshold", ("correction.reject_token_ratio",
+                                                            "correction.reject_sequence_ratio", "correction.reject_kl"),
+     CONVERTED, "the bound of the rejection mode above."),
+    ("algorithm.rollout_correction.bypass_mode", "correction.ratio_anchor", CONVERTED,
+     "bypass (two policies) is `ratio_anchor: behaviour`; decoupled (three policies) is `ratio_anchor: proximal`."),
+    ("algorithm.rollout_correction.loss_type", (), NONE,
+     "ppo_clip in bypass mode is fasync's behaviour anchor; reinforce (no clip) has no equivalent."),
+    ("critic.*", (), NONE, NO_CRITIC),
+    ("actor_rollout_ref.*", (), NONE, NESTED.format(source="verl")),
+    ("algorithm.*", (), NONE, NESTED.format(source="verl")),
+    ("async_training.*", (), NONE, NESTED.format(source="verl's fully-async recipe")),
+    ("trainer.n_gpus_per_node", ("resources.trainer_ranks", "resources.num_gpus"), CONVERTED,
+     "nnodes × n_gpus_per_node trainer ranks of one GPU each; outside the fully-async recipe the rollout "
+     "shares them (hybrid engine: resources.colocate)."),
+    ("trainer.nnodes", ("resources.trainer_ranks", "resources.num_gpus"), CONVERTED, "see trainer.n_gpus_per_node."),
+    ("trainer.total_training_steps", "train.num_rollouts", SAME, "one training step per rollout, as in fasync sync."),
+    ("trainer.total_epochs", (), NONE, "verl counts passes over the dataset; fasync counts rollouts (train.num_rollouts)."),
+    ("trainer.save_freq", "checkpoint.every", CONVERTED,
+     "verl counts training steps (one per rollout), fasync optimizer steps: × the optimizer steps per rollout."),
+    ("trainer.logger", "logging.backends", CONVERTED, "wandb, tensorboard and mlflow carry over; console is fasync's "
+     "progress display, always on."),
+    ("trainer.project_name", "logging.experiment", SAME),
+    ("trainer.*", (), NONE, "logging, validation and experiment bookkeeping have no fasync equivalent."),
+    ("async_training.staleness_threshold", "async.max_weight_staleness", CONVERTED,
+     "verl's value is a fraction of one sync's worth of samples the rollouter may generate in excess (0.1: 10% "
+     "extra), not a count of versions; those samples can be trained one sync later, so fasync's bound is the "
+     "threshold rounded up: 0 stays 0 (synchronous), 0 < t ≤ 1 is 1 version, and every sample, not a fraction, "
+     "may then be that old."),
+    ("async_training.trigger_parameter_sync_step", "async.update_weights_interval", SAME,
+     "verl counts the trainer's fetches of require_batches × ppo_mini_batch_size prompts between weight syncs, "
+     "each fetch being one fasync drain: the same count, not a count of mini-batches or optimizer steps."),
+    ("async_training.require_batches", ("rollout.batch_size", "train.num_steps_per_rollout"), CONVERTED,
+     "the trainer fetches require_batches mini-batches at once and takes one optimizer step per mini-batch: a "
+     "fasync drain of require_batches × ppo_mini_batch_size prompts in require_batches optimizer steps."),
+    ("async_training.partial_rollout", "async.partial_rollout", SAME),
+    ("async_training.use_rollout_log_probs", "correction.ratio_anchor", CONVERTED,
+     "true takes the PPO ratio against the rollout's logprobs (`ratio_anchor: behaviour`); false recomputes them "
+     "(`recompute`)."),
+    ("async_training.compute_prox_log_prob", "correction.ratio_anchor", CONVERTED,
+     "true adds a proximal policy recomputed by the trainer: decoupled PPO, `ratio_anchor: proximal` (with "
+     "`correction.level: token` for its weights)."),
+    ("async_training.checkpoint_engine.*", (), NONE, "fasync syncs weights through Ray; there is nothing to tune."),
+    ("rollout.n_gpus_per_node", ("resources.num_rollout_engines", "resources.num_gpus"), CONVERTED,
+     "the fully-async recipe's rollout GPUs: engines of tensor_model_parallel_size GPUs each."),
+    ("rollout.nnodes", ("resources.num_rollout_engines", "resources.num_gpus"), CONVERTED, "see rollout.n_gpus_per_node."),
+    ("rollout.total_rollout_steps", "train.num_rollouts", CONVERTED,
+     "verl counts prompts generated; fasync counts drains: total_rollout_steps / (require_batches × ppo_mini_batch_size)."),
+    ("rollout.test_freq", (), NONE, "fasync does not validate during a run."),
+]
+
+
+def import_into(source: Source, out: Imported) -> set[str]:
+    fully_async = any(k.startswith("async_training.") for k in source.values)
+    out.set("mode", "fully_async" if fully_async else "sync",
+            "verl's fully-async recipe (async_training.*)" if fully_async else "verl's PPO trainer is synchronous")
+    n = source.get("actor_rollout_ref.rollout.n", 1)
+    mini = source.get("actor_rollout_ref.actor.ppo_mini_batch_size")
+    if mini is not None:
+        out.set("train.global_batch_size", mini * n, f"{source.cite('actor_rollout_ref.actor.ppo_mini_batch_size')} "
+                f"prompts × {source.cite('actor_rollout_ref.rollout.n', 1)} = {mini * n} samples")
+    if fully_async and mini is not None:
+        batches = source.get("async_training.require_batches", 1)
+        out.set("rollout.batch_size", batches * mini,
+                f"{source.cite('async_training.require_batches', 1)} × ppo_mini_batch_size {mini} = {batches * mini} "
+                f"prompts per drain, {batches} optimizer step{'s' * (batches != 1)}")
+        total = source.get("rollout.total_rollout_steps")
+        if total is not None:
+            out.set("train.num_rollouts", max(total // (batches * mini), 1),
+                    f"{source.cite('rollout.total_rollout_steps')} prompts / {batches * mini} per drain")
+        out.set("correction.ratio_anchor", *_ratio_anchor(source))
+    _ceil_staleness(source, "async_training.staleness_threshold", out)
+    if source.get("actor_rollout_ref.actor.use_kl_loss"):
+        coef = source.get("actor_rollout_ref.actor.kl_loss_coef", 0.001)
+        out.set("train.kl_coef", coef, f"use_kl_loss with {source.cite('actor_rollout_ref.actor.kl_loss_coef', 0.001)}")
+    if "trainer.logger" in source.values:
+        loggers = source.get("trainer.logger")
+        loggers = yaml.safe_load(loggers) if isinstance(loggers, str) else loggers
+        out.set_trackers({name: source.cite("trainer.logger")
+                          for name in ([loggers] if isinstance(loggers, str) else loggers or []) if name in TRACKERS})
+    return {"actor_rollout_ref.actor.ppo_mini_batch_size", "async_training.require_batches",
+            "async_training.staleness_threshold", "rollout.total_rollout_steps", "async_training.use_rollout_log_probs",
+            "async_training.compute_prox_log_prob", "actor_rollout_ref.actor.use_kl_loss",
+            "actor_rollout_ref.actor.kl_loss_coef", "trainer.logger"}
+
+
+def _ratio_anchor(source: Source) -> tuple[str, str]:
+    if source.get("async_training.compute_prox_log_prob"):
+        return "proximal", f"{source.cite('async_training.compute_prox_log_prob')}: decoupled PPO"
+    if source.get("async_training.use_rollout_log_probs", True):
+        return "behaviour", f"{source.cite('async_training.use_rollout_log_probs', True)}: the rollout's logprobs"
+    return "recompute", f"{source.cite('async_training.use_rollout_log_probs')}: recomputed logprobs"
+
+
+def _ceil_staleness(source: Source, key: str, out: Imported) -> None:
+    if key in source.values:
+        threshold = float(source.get(key))
+        out.set("async.max_weight_staleness", math.ceil(threshold),
+                f"ceil({source.cite(key)}) = {math.ceil(threshold)}: verl's threshold is a fraction of extra samples "
+                "per sync, trained up to one sync later")
+
+
+def express(cfg, derived) -> Expressed:
+    prompts, n, per_step, steps, bound, interval = geometry(cfg, derived)
+    fully_async = cfg.mode != "sync"
+    out = Expressed(FRAMEWORK, "python3 -m verl.experimental.fully_async_policy.fully_async_main" if fully_async
+                    else "python3 -m verl.trainer.main_ppo")
+    mini = out.prompts_per_step(per_step, n)
+    out.put("actor_rollout_ref.rollout.n", n, "rollout.n_samples_per_prompt")
+    out.put("actor_rollout_ref.actor.ppo_mini_batch_size", mini, f"{per_step} samples per step / {n}")
+    out.note_trimmed_samples(derived)
+    if not fully_async:
+        out.put("data.train_batch_size", prompts, "rollout.batch_size")
+        out.put("trainer.total_training_steps", cfg.train.num_rollouts, "train.num_rollouts")
+        return out
+    if cfg.mode == "async":
+        out.missing.append("mode async: verl's asynchronous recipe is the fully-async one (mode: fully_async)")
+    if bound is None:
+        out.missing.append("no staleness bound: verl's staleness_threshold is always a number")
+    out.put("data.train_batch_size", 0, "the fully-async recipe fetches require_batches mini-batches instead")
+    out.put("async_training.require_batches", steps, f"{steps} optimizer steps per drain of {prompts} prompts")
+    out.put("async_training.staleness_threshold", float(bound or 0), f"async.max_weight_staleness {bound}")
+    out.put("async_training.trigger_parameter_sync_step", interval, "async.update_weights_interval")
+    out.put("async_training.partial_rollout", cfg.async_.partial_rollout, "async.partial_rollout")
+    out.put("rollout.total_rollout_steps", cfg.train.num_rollouts * prompts,
+            f"{cfg.train.num_rollouts} drains × {prompts} prompts")
+    return out
+
+
+FRAMEWORK = Framework("verl", "verl", ROWS, import_into, express, rollout_checkpoint_keys=("trainer.save_freq",),
+                      hydra=True)
