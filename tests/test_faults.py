@@ -77,16 +77,15 @@ def test_a_nan_loss_skips_the_step_and_leaves_weights_and_optimizer_untouched(mo
 
 
 def test_bad_steps_in_a_row_are_counted_and_a_good_step_resets_the_count():
-    from fasync.drivers.common import Run
+    from fasync.metrics.steps import BadSteps
 
-    run = Run.__new__(Run)
-    run.bad_steps = 0
+    bad_steps = BadSteps()
     for record, expected in [({"nonfinite_skipped": 1, "skipped": True}, 1),
                              ({"skipped": True, "nonfinite_skipped": 0}, 1),  # all rejected: neither
                              ({"nonfinite_skipped": 1, "skipped": True}, 2),
                              ({"skipped": False, "nonfinite_skipped": 0}, 0)]:
-        run.count_bad_step(record)
-        assert run.bad_steps == expected
+        bad_steps.count(record)
+        assert bad_steps.in_a_row == expected
 
 
 # -- engines that misbehave ------------------------------------------------------------------------

@@ -61,9 +61,10 @@ def _init_ray(cfg: FasyncConfig, plan) -> None:
                  include_dashboard=False, **common)
 
 
-def summarize(run, started: float, outcome: str, stop_reason: str, mode: str) -> dict:
+def summarize(run, ledger, started: float, outcome: str, stop_reason: str, mode: str) -> dict:
     """summary.json: the run's outcome, why it stopped, and its metrics over the whole run, as
-    `fasync.metrics.registry` combines them. `run` is None when the run stopped before its actors started."""
+    `fasync.metrics.registry` combines them. `run` and its driver's `ledger` are None when the run stopped
+    before its actors started."""
     from fasync.metrics.registry import METRICS, over
 
     history = run.writer.history if run is not None else []
@@ -80,7 +81,7 @@ def summarize(run, started: float, outcome: str, stop_reason: str, mode: str) ->
         "staleness_max": over("staleness_max", history) or 0,
         "policy_lag_max": over("policy_lag_max", history) or 0,
         "nonfinite_steps_skipped": int(over("nonfinite_skipped", history) or 0),
-        "ledger": run.ledger.as_dict() if run is not None else None,
+        "ledger": ledger.as_dict() if ledger is not None else None,
         "last_checkpoint": run.last_checkpoint if run is not None else None,
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
         "warnings": run.signal.warnings if run is not None else [],
@@ -218,7 +219,7 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
                   "`checkpoint.every` sets how often they are taken)")
             return ExitCode.FAILED
         if found.finished and not changes:
-            _echo(f"fasync train: the run in {directory} already finished ({found.meta.get('stop_reason')}, "
+            _echo(f"fasync train: the run in {directory} already finished ({found.record.stop_reason}, "
                   f"{found.step} optimizer steps); nothing to resume")
             return ExitCode.OK
         from fasync.checkpoint.state import load_driver_state
@@ -232,7 +233,7 @@ def _resume(directory: Path, config_path: str | None, overrides: Sequence[str], 
         if factory is None:
             return ExitCode.FAILED
         _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "
-              f"{found.meta['weight_version']}, rollout {found.meta['rollout']})")
+              f"{found.record.weight_version}, rollout {found.record.rollout})")
         # The run's config.yaml takes the allowed changes once the run has taken up its checkpoint.
         accept = (lambda: write_atomic(saved_config, yaml.safe_dump(resolved, sort_keys=False))) if changes else None
         return _train(cfg, plan, factory, directory, resume=(found, state), on_resumed=accept)
@@ -257,7 +258,7 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
     from fasync.metrics.progress import Progress
 
     started = time.monotonic()
-    run = None
+    run = driver = None
 
     def stop_after_rollout(signum: int) -> bool:
         """The first Ctrl-C or SIGTERM of a started run stops it at the end of the rollout (drain) in progress,
@@ -285,11 +286,13 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})") as progress:
             found, state = resume if resume is not None else (None, None)
-            run = Run(cfg, derive(cfg), plan, factory, directory, progress, engines=engines, resume=found,
-                      resume_state=state)
+            starting = Run(cfg, derive(cfg), plan, factory, directory, progress, engines=engines, resume=found,
+                           resume_state=state)
+            starting.start()
+            run, driver = starting, driver_for(starting)
             if on_resumed is not None:
                 on_resumed()
-            driver_for(run).train()
+            driver.train()
             if run.stop_requested is not None:
                 outcome, code = run.stop_requested, EXIT_CODE[run.stop_requested]
                 reason = f"{run.stop_reason} at optimizer step {run.step}"
@@ -336,13 +339,14 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
         # and the cluster always shut down. A clean stop's checkpoint was written by the driver at the end of
         # its last rollout; a failed run keeps its last good one.
         signals.begin_stop()
-        summary = summarize(run, started, outcome, reason, cfg.mode)
+        ledger = driver.ledger if driver is not None else None
+        summary = summarize(run, ledger, started, outcome, reason, cfg.mode)
         try:
             write_json_atomic(directory / "summary.json", summary)
         except RunFileError as error:
             _echo(f"fasync train: {error}")
             code = code or ExitCode.FAILED
-        _print_summary(summary, directory, _ledger_text(run, outcome) if run is not None else None)
+        _print_summary(summary, directory, _ledger_text(ledger, outcome) if ledger is not None else None)
         if run is not None:
             signals.graceful("ending the actors", lambda: run.close(outcome))
         if owns_ray:
@@ -352,9 +356,8 @@ def _train(cfg: FasyncConfig, plan, factory, directory: Path, engines: list | No
     return code
 
 
-def _ledger_text(run, outcome: str) -> str:
+def _ledger_text(ledger, outcome: str) -> str:
     """The ledger line, and for a run that did not finish, what it left untrained."""
-    ledger = run.ledger
     text = ledger.describe()
     if outcome != "finished" and (ledger.in_flight or ledger.queued):
         text += (f"\n  at the stop {ledger.in_flight} samples were in flight and {ledger.queued} queued: "
