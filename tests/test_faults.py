@@ -210,7 +210,7 @@ def test_nan_steps_are_skipped_and_too_many_in_a_row_stop_the_run(ray_session, t
 
 
 def test_the_weight_checksum_tells_other_weights_apart_and_ignores_the_rest():
-    from fasync.rollout.engine import probed_names, weights_checksum
+    from fasync.weights.checksum import probed_names, weights_checksum
 
     names = [f"layers.{i}.weight" for i in range(7)]
     assert probed_names(names) == ["layers.0.weight", "layers.3.weight", "layers.6.weight"]

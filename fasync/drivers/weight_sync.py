@@ -97,7 +97,7 @@ class WeightSync:
 
     def verify_loads(self, version: int, served: list[tuple[int, str]]) -> None:
         """Every engine must serve `version` with the weights the trainer sent as it (a checksum of a few
-        parameter slices, `fasync.rollout.engine.weights_checksum`); an engine that kept old weights, or
+        parameter slices, `fasync.weights.checksum`); an engine that kept old weights, or
         loaded them wrongly, fails the run."""
         sent_ref = self._sent.pop(version)
         sent = None if sent_ref is None else self.wait([sent_ref], ["trainer rank 0's weight checksum"])[0]

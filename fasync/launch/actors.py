@@ -14,8 +14,8 @@ import ray
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import ResourcePlan
 from fasync.launch.wire import arrays_to_weights, pack, unpack, weights_to_arrays
-from fasync.rollout.engine import probed_names, weights_checksum
 from fasync.rollout.rollouter import Rollouter
+from fasync.weights.checksum import probed_names, weights_checksum
 from fasync.weights.sender import SentWeights
 
 
