@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from fasync import staleness as versions
 from fasync.checkpoint.run import ModeCheckpoint
 from fasync.drivers.common import Run
-from fasync.drivers.generation import Generation, RolloutBatch
+from fasync.drivers.generation import EngineRollouts, RolloutBatch
 from fasync.drivers.loop import DriverLoop, Stopwatch
 from fasync.metrics.steps import trained_samples
 
@@ -34,7 +34,7 @@ class AsyncDriver(DriverLoop):
         self.bound = run.cfg.async_.max_weight_staleness
         # Unbounded staleness still needs a horizon: at most two rollouts run ahead of training.
         self.lookahead = (self.bound + 1) * self.interval if self.bound is not None else 2
-        self.generation: Generation | None = None
+        self.rollouts: EngineRollouts | None = None
         self.generator: ThreadPoolExecutor | None = None
         self.pending: deque[tuple[int, Future]] = deque()
         """Rollouts submitted for generation, in order, with their results to come."""
@@ -43,7 +43,7 @@ class AsyncDriver(DriverLoop):
     def setup(self) -> None:
         """The rollouts a resumed run had generated ahead of training come first."""
         run = self.run
-        self.generation = Generation(run.cfg, run.factory, run.engines, run.watchdog, self.ledger)
+        self.rollouts = EngineRollouts(run.cfg, run.factory, run.engines, run.watchdog, self.ledger)
         self.generator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasync-generate")
         self.next_rollout = run.start_rollout
         for rollout, batch in self.resumed_state.get("generated", []):
@@ -80,7 +80,7 @@ class AsyncDriver(DriverLoop):
         total = self.run.cfg.train.num_rollouts
         while (self.next_rollout < total and len(self.pending) < self.lookahead
                and versions.may_generate(self.next_rollout, self.run.version, self.interval, self.bound)):
-            self.pending.append((self.next_rollout, self.generator.submit(self.generation.collect)))
+            self.pending.append((self.next_rollout, self.generator.submit(self.rollouts.next_batch)))
             self.next_rollout += 1
 
     def checkpoint_state(self) -> ModeCheckpoint:

@@ -45,7 +45,7 @@ class RolloutBatch:
         return [sample for group in self.groups for sample in group.samples]
 
 
-class Generation:
+class EngineRollouts:
     """The engines' rollouts and the run's sample `ledger`, which lives here in sync and async: every sample
     these engines generate enters it, and the driver counts what the trainer takes."""
 
@@ -59,7 +59,7 @@ class Generation:
         """Colocated sync runs hand the engines' GPU memory to training between generation and the next weight
         push (`sleep`, `wake`). The async modes generate while training, so their engines stay awake."""
 
-    def collect(self) -> RolloutBatch:
+    def next_batch(self) -> RolloutBatch:
         """One rollout of `rollout.batch_size` groups; with dynamic sampling, zero-variance groups are
         dropped and more prompts generated until the batch is full or the rounds run out."""
         cfg = self.cfg

@@ -8,7 +8,7 @@ then their KV cache for the next rollout's generation.
 from __future__ import annotations
 
 from fasync.drivers.common import Run
-from fasync.drivers.generation import Generation
+from fasync.drivers.generation import EngineRollouts
 from fasync.drivers.loop import DriverLoop, Stopwatch
 from fasync.metrics.steps import trained_samples
 
@@ -20,24 +20,24 @@ class SyncDriver(DriverLoop):
 
     def __init__(self, run: Run):
         super().__init__(run)
-        self.generation: Generation | None = None
+        self.rollouts: EngineRollouts | None = None
 
     def setup(self) -> None:
         run = self.run
-        self.generation = Generation(run.cfg, run.factory, run.engines, run.watchdog, self.ledger)
+        self.rollouts = EngineRollouts(run.cfg, run.factory, run.engines, run.watchdog, self.ledger)
         super().setup()
 
     def loop(self) -> None:
-        run, generation = self.run, self.generation
+        run, rollouts = self.run, self.rollouts
         for rollout in range(run.start_rollout, run.cfg.train.num_rollouts):
-            batch = generation.collect()
-            generation.sleep()
+            batch = rollouts.next_batch()
+            rollouts.sleep()
             records = run.train_batch(rollout, batch)
             self.ledger.train(len(batch.samples), trained_samples(records), batch.groups)
             with Stopwatch() as sync:
-                generation.wake(["weights"])
+                rollouts.wake(["weights"])
                 run.weights.publish(run.step)
-                generation.wake(["kv_cache"])
+                rollouts.wake(["kv_cache"])
             if self.end_rollout(records, sync.seconds):
                 break
         self.save_last_checkpoint()
