@@ -32,7 +32,7 @@ class Run:
     every driver works through: the weight versions (`weights`), the step records (`records`, written by `log`),
     the stop criteria (`stops`), the ledger's journal and the checkpoints.
 
-    Building a `Run` starts nothing; `start` starts the actors, takes up the checkpoint the run resumes from
+    Building a `Run` starts and opens nothing; `start` opens the run's files, starts the actors, takes up the checkpoint the run resumes from
     (`resume`, whose driver.pt `resume_state` the caller has read before any actor started) and starts pushing
     the trainer's weights; the driver then runs it, and `close` ends what it started. The sample ledger is the
     driver's (`Driver.ledger`): it lives where the samples are."""
@@ -45,11 +45,11 @@ class Run:
         self.plan = plan
         self.factory = factory
         self.run_dir = run_dir
+        self.progress = progress
         check_transport(cfg)
-        self.writer = MetricsWriter(run_dir, cfg.mode, open_trackers(
-            cfg.logging, run_dir, cfg.model_dump(mode="json", by_alias=True)))
-        self.journal = Journal(run_dir)
-        self.log = StepLog(self.writer, progress, cfg.train.max_bad_steps)
+        self.writer: MetricsWriter | None = None
+        self.journal: Journal | None = None
+        self.log: StepLog | None = None
         self.records = StepRecords()
         self.stops = StopCriteria(cfg.train.target_reward)
         self.watchdog = Watchdog(cfg.train.stall_timeout_s)
@@ -69,8 +69,12 @@ class Run:
         """Reserve every GPU of the run at once (fasync/launch/plan.py), start the engines and the trainer, take
         up the resumed checkpoint, and start pushing the trainer's weights (version 0, or the resumed version)
         without waiting: a driver starts its own actors before `wait_until_ready`, so that they start up
-        alongside."""
+        alongside. The run's files (metrics.jsonl and the trackers, ledger.jsonl) open first."""
         cfg = self.cfg
+        self.writer = MetricsWriter(self.run_dir, cfg.mode, open_trackers(
+            cfg.logging, self.run_dir, cfg.model_dump(mode="json", by_alias=True)))
+        self.journal = Journal(self.run_dir)
+        self.log = StepLog(self.writer, self.progress, cfg.train.max_bad_steps)
         self.placement = Placement(self.plan)
         if self._owns_engines:
             self.engines = start_engines(cfg, self.plan, self.placement)
@@ -115,9 +119,6 @@ class Run:
                 "weights")
         self.watchdog.progressed()
         self.journal.write(ledger.take_journal())
-
-    def checkpoint_due(self) -> bool:
-        return self.checkpoints.due(self.step)
 
     def save_checkpoint(self, reason: str, mode: ModeCheckpoint) -> Path:
         """A checkpoint of the run as it stands between two rollouts (drains), with the driver's `mode` part."""
@@ -167,8 +168,9 @@ class Run:
     def close(self, outcome: str = "finished") -> None:
         """Flush the metrics, end the trackers' runs with the run's `outcome`, and end the actors this run
         started."""
-        self.writer.close(outcome)
-        self.journal.close()
+        if self.writer is not None:  # opened together with the journal
+            self.writer.close(outcome)
+            self.journal.close()
         if self.trainer is not None:
             self.trainer.kill()
         for engine in self.engines if self._owns_engines else ():

@@ -47,6 +47,8 @@ class DriverLoop:
         self.run.wait_until_ready()
 
     def loop(self) -> None:
+        """Train rollout (drain) after rollout, from `Run.start_rollout`, each ended by `end_rollout`, then take
+        the last checkpoint. Each mode's own."""
         raise NotImplementedError
 
     def cleanup(self) -> None:
@@ -59,7 +61,7 @@ class DriverLoop:
         """Write the rollout's records, take a checkpoint when one is due, and say whether to stop here."""
         run = self.run
         run.write(records, weight_sync_time_s, self.ledger)
-        if run.checkpoint_due():
+        if run.checkpoints.due(run.step):
             run.save_checkpoint("every", self.checkpoint_state())
         return run.should_stop()
 
