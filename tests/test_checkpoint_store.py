@@ -17,7 +17,7 @@ def complete(run_dir, step: int, keep: int = 2):
     (temp / checkpoint.DRIVER).write_bytes(b"driver")
     (temp / checkpoint.TRAINER / ".metadata").write_bytes(b"m")
     (temp / checkpoint.TRAINER / "rank-0.pt").write_bytes(b"r")
-    return checkpoint.commit(temp, {"step": step, "rollout": step, "weight_version": step}, keep)
+    return checkpoint.commit(temp, checkpoint.CheckpointMeta(step=step, rollout=step, weight_version=step), keep)
 
 
 def test_only_the_newest_keep_checkpoints_stay_and_no_temp_is_left(tmp_path):

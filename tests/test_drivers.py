@@ -16,7 +16,6 @@ import time
 import pytest
 from sections import tiny_config
 
-from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
 from fasync.metrics.progress import Progress
 
@@ -60,54 +59,58 @@ def start_run(cfg: FasyncConfig, tmp_path, engines=None):
     from fasync.rollout.groups import build_factory
 
     resolved = resolve(cfg)
-    return Run(resolved, build_factory(resolved), tmp_path, Progress(1, "none"), engines=engines)
-
-
-def run_mode(cfg: FasyncConfig, tmp_path, engines=None):
-    from fasync.drivers import DRIVERS
-
-    run = start_run(cfg, tmp_path, engines)
-    try:
-        DRIVERS[cfg.mode](run).train()
-    finally:
-        run.close()
+    run = Run(resolved, build_factory(resolved), tmp_path, Progress(1, "none"), engines=engines)
+    run.start()
     return run
 
 
-def assert_rows_match_the_registry(run) -> None:
+def run_mode(cfg: FasyncConfig, tmp_path, engines=None):
+    """The mode's driver, after it trained a run to its end."""
+    from fasync.drivers import DRIVERS
+
+    run = start_run(cfg, tmp_path, engines)
+    driver = DRIVERS[cfg.mode](run)
+    try:
+        driver.train()
+    finally:
+        run.close()
+    return driver
+
+
+def assert_rows_match_the_registry(driver) -> None:
     """Every row holds each metric the registry says the mode always writes (the writer refuses the rest)."""
     from fasync.metrics.registry import METRICS
 
-    always = {name for name, metric in METRICS.items() if run.cfg.mode in metric.modes and metric.when is None}
-    for row in run.writer.history:
+    always = {name for name, metric in METRICS.items() if driver.mode in metric.modes and metric.when is None}
+    for row in driver.run.writer.history:
         assert always <= row.keys(), always - row.keys()
 
 
-def assert_lag_reaches_the_bound(run) -> None:
+def assert_lag_reaches_the_bound(driver) -> None:
     """The policy lag, in optimizer steps, never exceeds the derived worst case and reaches it."""
-    bound = derive(run.cfg).max_lag.steps
-    lags = [record["policy_lag_max"] for record in run.writer.history]
+    bound = driver.run.derived.max_lag.steps
+    lags = [record["policy_lag_max"] for record in driver.run.writer.history]
     assert max(lags) == bound, (lags, bound)
 
 
-def assert_ledger_balanced(run) -> None:
-    assert_rows_match_the_registry(run)
-    ledger = run.ledger
+def assert_ledger_balanced(driver) -> None:
+    assert_rows_match_the_registry(driver)
+    ledger = driver.ledger
     assert ledger.balanced, ledger.balance_sheet()
     assert ledger.consumed > 0
-    assert all(record["ledger_balanced"] for record in run.writer.history)
+    assert all(record["ledger_balanced"] for record in driver.run.writer.history)
 
 
 def test_sync_trains_on_policy_and_accounts_for_every_sample(ray_session, tmp_path):
     cfg = tiny_config(train={"global_batch_size": 12, "micro_batch_size": 4, "num_rollouts": 6})
-    run = run_mode(cfg, tmp_path)
-    history = run.writer.history
+    driver = run_mode(cfg, tmp_path)
+    history = driver.run.writer.history
     assert len(history) == cfg.train.num_rollouts  # 16 samples // 12 = one step per rollout
     assert all(r["staleness_max"] == 0 for r in history)
     assert [r["weight_version"] for r in history] == list(range(cfg.train.num_rollouts))
-    assert run.ledger.dropped["trimmed"] == 4 * cfg.train.num_rollouts
-    assert_lag_reaches_the_bound(run)  # 0: every step's samples come from its own weights
-    assert_ledger_balanced(run)
+    assert driver.ledger.dropped["trimmed"] == 4 * cfg.train.num_rollouts
+    assert_lag_reaches_the_bound(driver)  # 0: every step's samples come from its own weights
+    assert_ledger_balanced(driver)
     for key in ("step", "rollout", "weight_version", "reward_mean", "loss", "kl", "entropy", "clip_fraction",
                 "grad_norm", "tokens_per_s", "wall_time", "generate_time_s", "train_time_s",
                 "weight_sync_time_s"):
@@ -116,9 +119,9 @@ def test_sync_trains_on_policy_and_accounts_for_every_sample(ray_session, tmp_pa
 
 def test_sync_lag_spans_the_steps_of_a_rollout(ray_session, tmp_path):
     cfg = tiny_config(train={"num_rollouts": 2})  # 16 samples, 8 a step: the second step lags one
-    run = run_mode(cfg, tmp_path)
-    assert [r["policy_lag_max"] for r in run.writer.history] == [0, 1, 0, 1]
-    assert_lag_reaches_the_bound(run)
+    driver = run_mode(cfg, tmp_path)
+    assert [r["policy_lag_max"] for r in driver.run.writer.history] == [0, 1, 0, 1]
+    assert_lag_reaches_the_bound(driver)
 
 
 # Bounds, (s + 1) × I × N − 1 with N = 2 steps per rollout: 3, 5 and 7 optimizer steps.
@@ -127,11 +130,11 @@ def test_async_never_trains_beyond_the_bound(ray_session, tmp_path, monkeypatch,
     slow_trainer(monkeypatch, 0.5)
     cfg = tiny_config(mode="async", train={"num_rollouts": 6},
                       **{"async": {"max_weight_staleness": staleness, "update_weights_interval": interval}})
-    run = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.05, seed=staleness))
-    history = run.writer.history
+    driver = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.05, seed=staleness))
+    history = driver.run.writer.history
     assert max(r["staleness_max"] for r in history) == staleness
-    assert_lag_reaches_the_bound(run)
-    assert_ledger_balanced(run)
+    assert_lag_reaches_the_bound(driver)
+    assert_ledger_balanced(driver)
 
 
 # Bounds with N = 2 steps per drain: 3 optimizer steps, 7 with a sync every second drain.
@@ -151,15 +154,15 @@ def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, monk
                      "stale_policy": stale_policy, "tokens_per_call": tokens_per_call,
                      "update_weights_interval": interval}},
     )
-    run = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.08, seed=7))
-    history = run.writer.history
+    driver = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.08, seed=7))
+    history = driver.run.writer.history
     assert len({r["rollout"] for r in history}) == cfg.train.num_rollouts
     assert max(r["staleness_max"] for r in history) == 1
-    assert_lag_reaches_the_bound(run)
+    assert_lag_reaches_the_bound(driver)
     for key in ("queue_size", "trainer_wait_s", "rollouter_pause_s", "version_diversity", "partial_ratio",
                 "max_partial_span", "dropped_stale"):
         assert key in history[-1], key
-    assert_ledger_balanced(run)
+    assert_ledger_balanced(driver)
 
 
 def test_a_dead_engine_fails_the_run_quickly(ray_session, tmp_path):

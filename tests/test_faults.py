@@ -64,16 +64,15 @@ def test_a_nan_loss_skips_the_step_and_leaves_weights_and_optimizer_untouched(mo
 
 
 def test_bad_steps_in_a_row_are_counted_and_a_good_step_resets_the_count():
-    from fasync.drivers.common import Run
+    from fasync.metrics.steps import BadSteps
 
-    run = Run.__new__(Run)
-    run.bad_steps = 0
+    bad_steps = BadSteps()
     for record, expected in [({"nonfinite_skipped": 1, "skipped": True}, 1),
                              ({"skipped": True, "nonfinite_skipped": 0}, 1),  # all rejected: neither
                              ({"nonfinite_skipped": 1, "skipped": True}, 2),
                              ({"skipped": False, "nonfinite_skipped": 0}, 0)]:
-        run.count_bad_step(record)
-        assert run.bad_steps == expected
+        bad_steps.count(record)
+        assert bad_steps.in_a_row == expected
 
 
 # -- engines that misbehave ------------------------------------------------------------------------
@@ -199,7 +198,7 @@ def test_nan_steps_are_skipped_and_too_many_in_a_row_stop_the_run(ray_session, t
 
 
 def test_the_weight_checksum_tells_other_weights_apart_and_ignores_the_rest():
-    from fasync.rollout.engine import probed_names, weights_checksum
+    from fasync.weights.checksum import probed_names, weights_checksum
 
     names = [f"layers.{i}.weight" for i in range(7)]
     assert probed_names(names) == ["layers.0.weight", "layers.3.weight", "layers.6.weight"]

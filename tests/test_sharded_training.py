@@ -107,7 +107,7 @@ def test_packed_token_budget_micro_batches_give_the_full_batch_gradient(monkeypa
 
 
 def test_weight_buckets_hold_every_tensor_once_in_the_engine_dtype_within_the_byte_bound():
-    from fasync.train.weights import weight_buckets
+    from fasync.weights.buckets import weight_buckets
 
     trainer = Trainer(resolve(FasyncConfig.model_validate(SETTINGS)))
     state = trainer.model.state_dict()

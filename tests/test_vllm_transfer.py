@@ -16,7 +16,7 @@ from test_hf_model import write_vllm_llama
 
 from fasync.rollout.engine import Continuation, RolloutEngine
 from fasync.rollout.types import Generation, SamplingParams
-from fasync.rollout.weight_transfer import (
+from fasync.weights.sender import (
     BucketSource,
     EngineClient,
     SentWeights,

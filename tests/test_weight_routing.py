@@ -1,4 +1,4 @@
-"""Which path a weight sync takes in the drivers (`fasync.drivers.common.Run`, fully_async's `sync`), by
+"""Which path a weight sync takes in the drivers (`fasync.drivers.weight_sync.WeightSync`, fully_async's `sync`), by
 placement: the `cpu` path hands the trainer's state dict to every engine's `load_weights`; the `ipc` and `nccl`
 transports (vLLM on GPUs) make every trainer rank send, rank 0 reporting what each engine serves. The real
 driver methods and engine actor class, with recording stand-ins for the actors they call (no Ray, no vLLM, no
@@ -7,10 +7,10 @@ GPU); the same check of the served version on both."""
 import pytest
 
 from fasync.config.schema import FasyncConfig
-from fasync.drivers.common import Run
+from fasync.drivers.weight_sync import WeightSync
 from fasync.errors import WeightSyncMismatch
-from fasync.rollout.weight_transfer import SentWeights, transport_of
-from fasync.staleness import VersionClock
+from fasync.weights.sender import SentWeights
+from fasync.weights.transport import transport_of
 
 GPU = {"num_gpus": 4, "num_rollout_engines": 2, "gpus_per_engine": 1, "trainer_ranks": 2, "gpus_per_trainer_rank": 1}
 
@@ -63,38 +63,42 @@ class Recorder:
         return None
 
 
-def run_for(resources: dict, serve_offset: int = 0) -> tuple[Run, Recorder]:
+class Run:
+    """What fully_async's driver reads of its run: the weight sync and the steps taken."""
+
+    def __init__(self, weights: WeightSync):
+        self.weights = weights
+        self.step = 0
+
+
+def run_for(resources: dict, serve_offset: int = 0) -> tuple[WeightSync, Recorder]:
     cfg = FasyncConfig.model_validate({"model": {"path": "/nonexistent"}, "rollout": {"engine": "vllm"},
                                        "resources": resources})
     recorder = Recorder(cfg.resources.num_rollout_engines, cfg.resources.trainer_ranks, serve_offset)
-    run = Run.__new__(Run)  # the driver's state without its actors
-    run.cfg, run.transport, run.version, run.step, run.clock = cfg, transport_of(cfg), 0, 0, VersionClock()
-    run.engines, run.trainer, run.watchdog = recorder.engines, recorder, recorder
-    run._sent, run._unverified = {}, []
-    return run, recorder
+    return WeightSync(transport_of(cfg), recorder.engines, recorder, recorder.get), recorder
 
 
 def test_cpu_engines_load_the_trainers_state_dict():
-    run, recorder = run_for({"num_rollout_engines": 2})
-    run.publish_weights()
-    assert run.version == 1
+    sync, recorder = run_for({"num_rollout_engines": 2})
+    sync.publish(steps_taken=0)
+    assert sync.version == 1
     assert recorder.calls == [("load_weights", 0, "state dict", 1), ("load_weights", 1, "state dict", 1)]
 
 
 @pytest.mark.parametrize("colocate", [True, False], ids=["ipc", "nccl"])
 def test_gpu_engines_get_the_weights_from_every_trainer_rank(colocate):
-    run, recorder = run_for({**GPU, "colocate": colocate})
-    assert run.transport == ("ipc" if colocate else "nccl")
-    run.publish_weights()
-    run.publish_weights()
+    sync, recorder = run_for({**GPU, "colocate": colocate})
+    assert sync.transport == ("ipc" if colocate else "nccl")
+    sync.publish(steps_taken=0)
+    sync.publish(steps_taken=0)
     assert recorder.calls == [("send_weights", 1), ("send_weights", 2)]  # no state dict crosses the host
 
 
 @pytest.mark.parametrize("resources", [{"num_rollout_engines": 2}, GPU], ids=["cpu", "nccl"])
 def test_an_engine_serving_another_version_fails_the_sync(resources):
-    run, _ = run_for(resources, serve_offset=-1)
+    sync, _ = run_for(resources, serve_offset=-1)
     with pytest.raises(WeightSyncMismatch, match="engine 0 serves version 0 .* trainer sent version 1"):
-        run.publish_weights()
+        sync.publish(steps_taken=0)
 
 
 class Rollouter:
@@ -118,21 +122,21 @@ class Rollouter:
 def test_fully_asyncs_rollouter_hands_the_engines_what_the_transport_sent(resources, handed):
     from fasync.drivers.fully_async import FullyAsyncDriver
 
-    run, recorder = run_for(resources)
+    sync, recorder = run_for(resources)
     driver = FullyAsyncDriver.__new__(FullyAsyncDriver)
-    driver.run, driver.rollouter, driver.pending_sync = run, Rollouter(), None
+    driver.run, driver.rollouter, driver.pending_sync = Run(sync), Rollouter(), None
     driver.sync()
     assert driver.rollouter.calls == [([handed], 1)]
     # The engines load nothing themselves on the GPU transports: the trainer ranks have sent it.
-    assert [call[0] for call in recorder.calls] == (["send_weights"] if run.transport != "cpu" else [])
+    assert [call[0] for call in recorder.calls] == (["send_weights"] if sync.transport != "cpu" else [])
     # Finishing the sync checks what the engines serve (through the rollouter), and waits on every other rank's
     # send under its own name: a rank whose send failed fails the sync.
-    served = (1, "sum" if run.transport == "cpu" else None)  # vLLM's engines report no checksum
+    served = (1, "sum" if sync.transport == "cpu" else None)  # vLLM's engines report no checksum
     driver._wait = lambda call, label: [served] * len(recorder.engines)
     driver.finish_sync()
     assert driver.pending_sync is None
     sends = [(ref, label) for ref, label in getattr(recorder, "waited", []) if "send" in label]
-    assert sends == ([] if run.transport == "cpu" else
+    assert sends == ([] if sync.transport == "cpu" else
                      [(("rank", 1), "trainer rank 1's weight send to the engines (nccl, version 1)")])
 
 

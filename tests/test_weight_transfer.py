@@ -10,17 +10,9 @@ from test_hf_model import write_tiny_llama
 from fasync.config.schema import FasyncConfig
 from fasync.errors import ConfigurationError
 from fasync.model import build_model, build_tokenizer
-from fasync.rollout.weight_transfer import (
-    BucketSource,
-    EngineClient,
-    check_transport,
-    from_blob,
-    hf_names,
-    nccl_ranks,
-    to_blob,
-    transport_for,
-    transport_of,
-)
+from fasync.weights.blob import from_blob, hf_names, to_blob
+from fasync.weights.sender import BucketSource, EngineClient, nccl_ranks
+from fasync.weights.transport import check_transport, transport_for, transport_of
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +69,7 @@ def test_the_bucketed_source_yields_what_its_metadata_declares(model_dir, policy
 def test_no_bucket_sent_is_alive_while_the_next_is_gathered(monkeypatch):
     import weakref
 
-    import fasync.train.weights as weights
+    import fasync.weights.buckets as weights
 
     model = torch.nn.Sequential(*[torch.nn.Linear(16, 16, bias=False) for _ in range(6)])
     sent = []  # weak references to every tensor the source has yielded
@@ -97,7 +89,7 @@ def test_no_bucket_sent_is_alive_while_the_next_is_gathered(monkeypatch):
 
 
 def test_buckets_hold_at_most_their_size_unless_one_tensor_is_larger(policy):
-    from fasync.train.weights import weight_buckets
+    from fasync.weights.buckets import weight_buckets
 
     sizes = [t.numel() * 4 for t in policy.state_dict().values()]
     limit = sorted(sizes)[len(sizes) // 2]
@@ -278,7 +270,7 @@ def test_a_buckets_tensors_reach_another_process_through_cuda_ipc():
     import torch.multiprocessing as mp
     from torch.multiprocessing.reductions import reduce_tensor
 
-    from fasync.train.weights import weight_buckets
+    from fasync.weights.buckets import weight_buckets
 
     bucket = next(weight_buckets(_gpu_model(layers=2, width=256), torch.bfloat16, 1 << 30))
     tensors = [tensor.contiguous() for _, tensor in bucket]

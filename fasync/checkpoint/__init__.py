@@ -17,12 +17,14 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from fasync.atomic import RunFileError, describe_os_error, write_json_atomic
 
 FORMAT = 1
+FORMAT_KEY = "format"
+CREATED_KEY = "created"
 DIRECTORY = "checkpoints"
 META = "meta.json"
 DRIVER = "driver.pt"
@@ -36,17 +38,48 @@ class CheckpointError(RunFileError):
 
 
 @dataclass(frozen=True)
+class CheckpointMeta:
+    """meta.json, after its `format` and `created`: what the checkpoint holds and why it was taken. Its keys are
+    these fields' names."""
+
+    step: int
+    """Optimizer steps taken."""
+    rollout: int | None = None
+    """The rollout (drain) a resumed run trains first."""
+    weight_version: int | None = None
+    reason: str | None = None
+    """"every", or the outcome of the stop that took it ("finished", "interrupted", "terminated")."""
+    finished: bool = False
+    mode: str | None = None
+    strategy: str | None = None
+    trainer_ranks: int | None = None
+    stop_reason: str | None = None
+
+    def as_dict(self) -> dict:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+    @classmethod
+    def from_dict(cls, meta: dict) -> "CheckpointMeta":
+        return cls(**{field.name: meta[field.name] for field in fields(cls) if field.name in meta})
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     path: Path
     meta: dict
+    """meta.json as written (`record` reads it)."""
+
+    @property
+    def record(self) -> CheckpointMeta:
+        return CheckpointMeta.from_dict(self.meta)
 
     @property
     def step(self) -> int:
-        return self.meta["step"]
+        return self.record.step
 
     @property
     def finished(self) -> bool:
-        return bool(self.meta.get("finished"))
+        return bool(self.record.finished)
 
 
 def root(run_dir: Path) -> Path:
@@ -84,7 +117,7 @@ def validate(path: Path) -> Checkpoint:
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{where}: {META} is corrupt ({error}); delete the directory to use the one before") \
             from error
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("step"), int):
+    if not isinstance(meta, dict) or meta.get(FORMAT_KEY) != FORMAT or not isinstance(meta.get("step"), int):
         raise CheckpointError(f"{where}: {META} is not a fasync checkpoint of format {FORMAT}")
     for part in (DRIVER, f"{TRAINER}/.metadata", f"{TRAINER}/rank-0.pt"):
         if not (path / part).is_file():
@@ -127,12 +160,12 @@ def begin(run_dir: Path, step: int) -> Path:
     return temp
 
 
-def commit(temp: Path, meta: dict, keep: int) -> Path:
+def commit(temp: Path, meta: CheckpointMeta, keep: int) -> Path:
     """Write meta.json, rename `temp` into place, and keep only the newest `keep` checkpoints."""
     final = temp.with_name(temp.name.removeprefix(_TEMP))
-    meta = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **meta}
+    written = {FORMAT_KEY: FORMAT, CREATED_KEY: time.strftime("%Y-%m-%dT%H:%M:%S"), **meta.as_dict()}
     try:
-        write_json_atomic(temp / META, meta)
+        write_json_atomic(temp / META, written)
         if final.exists():  # a second checkpoint at the same step (a stop right after a periodic one)
             shutil.rmtree(final)
         os.replace(temp, final)

@@ -145,7 +145,7 @@ def export_policy(cfg, checkpoint: Checkpoint, out: Path) -> list[str]:
                   str(out / "model.safetensors"), metadata={"format": "pt"})
         (out / "fasync_model.json").write_text(json.dumps(
             {"model": cfg.model.model_dump(), "data": {"task": cfg.data.task, "length": cfg.data.length},
-             "step": checkpoint.step, "weight_version": checkpoint.meta.get("weight_version")}, indent=2) + "\n")
+             "step": checkpoint.step, "weight_version": checkpoint.record.weight_version}, indent=2) + "\n")
     return sorted(p.name for p in out.iterdir())
 
 

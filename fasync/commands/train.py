@@ -139,7 +139,7 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         if factory is None:
             return ExitCode.FAILED
         _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "
-              f"{found.meta['weight_version']}, rollout {found.meta['rollout']})")
+              f"{found.record.weight_version}, rollout {found.record.rollout})")
         # The run's config.yaml takes the allowed changes once the run has taken up its checkpoint.
         accept = (lambda: write_atomic(saved_config, yaml.safe_dump(raw, sort_keys=False))) if changes else None
         return train(resolved, factory, directory, resume=(found, state), on_resumed=accept)
@@ -199,7 +199,7 @@ def _checkpoint_to_resume(directory: Path, changes: dict[str, tuple]):
               "`checkpoint.every` sets how often they are taken)")
         return None, ExitCode.FAILED
     if found.finished and not changes:
-        _echo(f"fasync train: the run in {directory} already finished ({found.meta.get('stop_reason')}, "
+        _echo(f"fasync train: the run in {directory} already finished ({found.record.stop_reason}, "
               f"{found.step} optimizer steps); nothing to resume")
         return None, ExitCode.OK
     return found, None
@@ -283,6 +283,7 @@ class _Training:
         self.directory = directory
         self.started = time.monotonic()
         self.run = None
+        self.driver = None
 
     def stop_after_rollout(self, signum: int) -> bool:
         """The first Ctrl-C or SIGTERM of a started run stops it at the end of the rollout (drain) in progress,
@@ -309,11 +310,14 @@ class _Training:
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})") as progress:
             found, state = resume if resume is not None else (None, None)
-            self.run = run = Run(self.resolved, factory, self.directory, progress, engines=engines, resume=found,
-                                 resume_state=state)
+            starting = Run(self.resolved, factory, self.directory, progress, engines=engines, resume=found,
+                           resume_state=state)
+            starting.start()
+            self.run = run = starting
+            self.driver = driver_for(run)
             if on_resumed is not None:
                 on_resumed()
-            driver_for(run).train()
+            self.driver.train()
             outcome, code = "finished", ExitCode.OK
             if run.stop_requested is not None:
                 outcome, code = run.stop_requested, EXIT_CODE[run.stop_requested]
@@ -330,14 +334,15 @@ class _Training:
     def end(self, outcome: str, code: int, reason: str, signals) -> int:
         """Write and print the summary and end the actors; the exit code (a summary that cannot be written fails
         a run that had not failed)."""
-        summary = summarize(self.run, self.started, outcome, reason, self.resolved.config.mode)
+        ledger = self.driver.ledger if self.driver is not None else None
+        summary = summarize(self.run, ledger, self.started, outcome, reason, self.resolved.config.mode)
         try:
             write_json_atomic(self.directory / "summary.json", summary)
         except RunFileError as error:
             _echo(f"fasync train: {error}")
             code = code or ExitCode.FAILED
         run = self.run
-        _print_summary(summary, self.directory, _ledger_text(run, outcome) if run is not None else None)
+        _print_summary(summary, self.directory, _ledger_text(ledger, outcome) if ledger is not None else None)
         if run is not None:
             signals.graceful("ending the actors", lambda: run.close(outcome))
         return code
@@ -386,9 +391,10 @@ def _failed(error: Exception, run) -> tuple[str, int, str]:
 # -- summarize ---------------------------------------------------------------------------------------------------
 
 
-def summarize(run, started: float, outcome: str, stop_reason: str, mode: str) -> dict:
+def summarize(run, ledger, started: float, outcome: str, stop_reason: str, mode: str) -> dict:
     """summary.json: the run's outcome, why it stopped, and its metrics over the whole run, as
-    `fasync.metrics.registry` combines them. `run` is None when the run stopped before its actors started."""
+    `fasync.metrics.registry` combines them. `run` and its driver's `ledger` are None when the run stopped
+    before its actors started."""
     from fasync.metrics.registry import METRICS, over
 
     history = run.writer.history if run is not None else []
@@ -405,7 +411,7 @@ def summarize(run, started: float, outcome: str, stop_reason: str, mode: str) ->
         "staleness_max": over("staleness_max", history) or 0,
         "policy_lag_max": over("policy_lag_max", history) or 0,
         "nonfinite_steps_skipped": int(over("nonfinite_skipped", history) or 0),
-        "ledger": run.ledger.as_dict() if run is not None else None,
+        "ledger": ledger.as_dict() if ledger is not None else None,
         "last_checkpoint": run.last_checkpoint if run is not None else None,
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
         "warnings": run.signal.warnings if run is not None else [],
@@ -435,9 +441,8 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> Non
     _echo(f"  run directory: {run_dir}")
 
 
-def _ledger_text(run, outcome: str) -> str:
+def _ledger_text(ledger, outcome: str) -> str:
     """The ledger line, and for a run that did not finish, what it left untrained."""
-    ledger = run.ledger
     text = ledger.balance_sheet()
     if outcome != "finished" and (ledger.in_flight or ledger.queued):
         text += (f"\n  at the stop {ledger.in_flight} samples were in flight and {ledger.queued} queued: "

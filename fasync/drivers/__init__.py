@@ -1,4 +1,5 @@
-"""The drivers, one per mode, each with the same face (`Driver`): built on a `Run`, `train()` runs it.
+"""The drivers, one per mode, each with the same face (`Driver`): built on a `Run` that has been started,
+`train()` runs it.
 
 `DRIVERS` maps every `mode` to its driver class; `fasync train` and the tests look drivers up there.
 """
@@ -7,21 +8,32 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
+from fasync.checkpoint.run import ModeCheckpoint
 from fasync.drivers.async_ import AsyncDriver
 from fasync.drivers.common import Run
 from fasync.drivers.fully_async import FullyAsyncDriver
 from fasync.drivers.sync import SyncDriver
+from fasync.metrics.ledger import Ledger
 
 
 class Driver(Protocol):
     mode: ClassVar[str]
     """The `mode` config value this driver runs."""
 
-    def __init__(self, run: Run) -> None: ...
+    ledger: Ledger
+    """The run's sample ledger as this driver holds it: its own in sync and async, where the samples are; in
+    fully_async the copy the rollouter, which owns it, sent last. Final once `train` returns or fails."""
+
+    def __init__(self, run: Run) -> None:
+        """Starts nothing: `train` does."""
 
     def train(self) -> None:
-        """Train `train.num_rollouts` rollouts (fully_async: drains), or until `train.target_reward`,
-        writing each step's record as it goes; the run's ledger is final when it returns."""
+        """Set up the mode's own parts, train `train.num_rollouts` rollouts (fully_async: drains), or until
+        `train.target_reward` or a requested stop, writing each step's record as it goes and a checkpoint at
+        the end, then end the mode's parts, whatever way the loop ended."""
+
+    def checkpoint_state(self) -> ModeCheckpoint:
+        """The ledger and the mode's state for a checkpoint, once nothing of the mode is in motion."""
 
 
 DRIVERS: dict[str, type[Driver]] = {driver.mode: driver for driver in (SyncDriver, AsyncDriver, FullyAsyncDriver)}

@@ -18,49 +18,60 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from fasync import staleness
-from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
+from fasync.checkpoint.run import ModeCheckpoint
+from fasync.drivers.common import Run
+from fasync.drivers.generation import EngineRollouts, RolloutBatch
+from fasync.drivers.loop import DriverLoop, Stopwatch
+from fasync.metrics.steps import trained_samples
 
 
-class AsyncDriver:
+class AsyncDriver(DriverLoop):
     mode = "async"
 
     def __init__(self, run: Run):
-        self.run = run
+        super().__init__(run)
         self.interval = run.cfg.async_.update_weights_interval
         self.bound = run.cfg.async_.max_weight_staleness
         self.lookahead = staleness.rollouts_ahead(self.bound, self.interval)
-        self.generator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasync-generate")
+        self.rollouts: EngineRollouts | None = None
+        self.generator: ThreadPoolExecutor | None = None
         self.pending: deque[tuple[int, Future]] = deque()
         """Rollouts submitted for generation, in order, with their results to come."""
         self.next_rollout = run.start_rollout
-        for rollout, batch in run.restored.get("generated", []):
+
+    def setup(self) -> None:
+        """The rollouts a resumed run had generated ahead of training come first."""
+        run = self.run
+        self.rollouts = EngineRollouts(run.cfg, run.factory, run.engines, run.watchdog, self.ledger)
+        self.generator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasync-generate")
+        self.next_rollout = run.start_rollout
+        for rollout, batch in self.resumed_state.get("generated", []):
             self.pending.append((rollout, _done(batch)))
             self.next_rollout = rollout + 1
-        run.driver = self
+        super().setup()
 
-    def train(self) -> None:
+    def loop(self) -> None:
         run = self.run
-        run.wait_until_ready()
-        try:
-            for rollout in range(run.start_rollout, run.cfg.train.num_rollouts):
-                self.start_generating()
-                with Stopwatch() as wait:
-                    batch = self.generated(rollout)
-                records = run.train_batch(rollout, batch, {"trainer_wait_s": wait.seconds,
-                                                           "rollouts_ahead": len(self.pending)})
-                run.ledger.train(len(batch.samples), trained_samples(records), batch.groups)
-                with Stopwatch() as sync:
-                    if staleness.syncs_after(rollout, self.interval):
-                        run.publish_weights(wait=False)
-                run.write(records, sync.seconds)
-                if run.should_stop():
-                    break
-            run.verify_done_loads(block=True)
-            run.save_checkpoint(run.stop_requested or "finished")
-        finally:
-            for _, future in self.pending:
-                future.cancel()
-            run.watchdog.cancel()  # a generation still running gives up instead of finishing its rollout
+        for rollout in range(run.start_rollout, run.cfg.train.num_rollouts):
+            self.start_generating()
+            with Stopwatch() as wait:
+                batch = self.generated(rollout)
+            records = run.train_batch(rollout, batch, {"trainer_wait_s": wait.seconds,
+                                                       "rollouts_ahead": len(self.pending)})
+            self.ledger.train(len(batch.samples), trained_samples(records), batch.groups)
+            with Stopwatch() as sync:
+                if staleness.syncs_after(rollout, self.interval):
+                    run.weights.publish(run.step, wait=False)
+            if self.end_rollout(records, sync.seconds):
+                break
+        run.weights.verify_done_loads(block=True)
+        self.save_last_checkpoint()
+
+    def cleanup(self) -> None:
+        for _, future in self.pending:
+            future.cancel()
+        self.run.watchdog.cancel()  # a generation still running gives up instead of finishing its rollout
+        if self.generator is not None:
             self.generator.shutdown(wait=True)
 
     def start_generating(self) -> None:
@@ -68,12 +79,13 @@ class AsyncDriver:
         total = self.run.cfg.train.num_rollouts
         while (self.next_rollout < total and len(self.pending) < self.lookahead
                and staleness.may_generate(self.next_rollout, self.run.version, self.interval, self.bound)):
-            self.pending.append((self.next_rollout, self.generator.submit(self.run.collect)))
+            self.pending.append((self.next_rollout, self.generator.submit(self.rollouts.next_batch)))
             self.next_rollout += 1
 
-    def checkpoint_state(self) -> dict:
+    def checkpoint_state(self) -> ModeCheckpoint:
         """The rollouts generated ahead of training, once every one submitted has finished generating."""
-        return {"generated": [(rollout, future.result()) for rollout, future in self.pending]}
+        generated = [(rollout, future.result()) for rollout, future in self.pending]
+        return ModeCheckpoint(self.ledger, {"generated": generated})
 
     def generated(self, rollout: int) -> RolloutBatch:
         submitted, future = self.pending.popleft()

@@ -19,11 +19,16 @@ from __future__ import annotations
 import ray
 
 from fasync import staleness
-from fasync.drivers.common import RolloutBatch, Run, Stopwatch, trained_samples
+from fasync.checkpoint.run import ModeCheckpoint
+from fasync.drivers.common import Run
+from fasync.drivers.generation import RolloutBatch
+from fasync.drivers.loop import DriverLoop, Stopwatch
+from fasync.drivers.weight_sync import PendingSync
 from fasync.errors import ActorFailed, ConfigurationError, describe_failure
 from fasync.launch.actors import RolloutActor
 from fasync.launch.faults import POLL_S
 from fasync.metrics.ledger import Ledger
+from fasync.metrics.steps import trained_samples
 from fasync.rollout.rollouter import RolloutState
 from fasync.wire import pack, unpack
 
@@ -32,51 +37,57 @@ class RolloutStopped(RuntimeError):
     pass
 
 
-class FullyAsyncDriver:
+class FullyAsyncDriver(DriverLoop):
+    """The rollouter owns the run's ledger; `ledger` is the copy it sent last."""
+
     mode = "fully_async"
 
     def __init__(self, run: Run):
-        self.run = run
+        super().__init__(run)
         self.interval = run.cfg.async_.update_weights_interval
-        self.rollouter = RolloutActor.remote(run.resolved, run.engines, run.factory)
-        run.watchdog.name_actors([self.rollouter], ["the rollouter"])
-        if "rollouter" in run.restored:
-            run.record(ray.get(self.rollouter.restore.remote(pack(run.restored["rollouter"]))))
-        self.running = self.rollouter.run.remote()
-        run.driver = self
+        self.rollouter = None
+        self.running = None
+        """The rollouter's `run` call: its generation, which returns the final ledger once stopped."""
         self.prefetched = None
         """The next drain's `take`, asked for as soon as this drain's groups are in."""
-        self.pending_sync: tuple[int, object, tuple[list, list[str]]] | None = None
-        """(version, the rollouter's `update_weights` call, (the other trainer ranks' sends, their labels)) of
-        the weight sync under way; the sends are none on the `cpu` transport."""
+        self.pending_sync: PendingSync | None = None
         self.reports: list = []
         """`report_trained` calls not yet known to have run."""
-        self.seen = ray.get(self.rollouter.state.remote()) if run.restored else RolloutState()
+        self.seen = RolloutState()
         """The rollouter's state at the previous drain: its totals become per-drain figures."""
 
-    def train(self) -> None:
+    def setup(self) -> None:
+        """Start the rollouter on the run's engines (with what it held at the resumed checkpoint), then wait
+        for the run to be ready."""
         run = self.run
-        try:
-            run.wait_until_ready()
-            for drain in range(run.start_rollout, run.cfg.train.num_rollouts):
-                with Stopwatch() as wait:
-                    batch, state = self.drain(drain)
-                records = run.train_batch(drain, batch, {"trainer_wait_s": wait.seconds})
-                self.reports.append(self.rollouter.report_trained.remote(
-                    [group.group_id for group in batch.groups], len(batch.samples), trained_samples(records)))
-                with Stopwatch() as sync:
-                    if staleness.syncs_after(drain, self.interval):
-                        self.sync()
-                run.ledger = state.ledger
-                self.record_rollouter_state(records, state)
-                run.record(self._wait(self.rollouter.take_journal.remote(), "the rollouter's journal"))
-                run.write(records, sync.seconds)
-                if run.should_stop():
-                    break
-            run.save_checkpoint(run.stop_requested or "finished")
-            self.finish()
-        finally:
-            self.close()
+        self.rollouter = RolloutActor.remote(run.resolved, run.engines, run.factory)
+        run.watchdog.name_actors([self.rollouter], ["the rollouter"])
+        if "rollouter" in self.resumed_state:
+            run.journal.write(ray.get(self.rollouter.restore.remote(pack(self.resumed_state["rollouter"]))))
+        self.running = self.rollouter.run.remote()
+        if self.resumed_state:
+            self.seen = ray.get(self.rollouter.state.remote())
+        super().setup()
+
+    def loop(self) -> None:
+        run = self.run
+        for drain in range(run.start_rollout, run.cfg.train.num_rollouts):
+            with Stopwatch() as wait:
+                batch, state = self.drain(drain)
+            records = run.train_batch(drain, batch, {"trainer_wait_s": wait.seconds})
+            self.reports.append(self.rollouter.report_trained.remote(
+                [group.group_id for group in batch.groups], len(batch.samples), trained_samples(records)))
+            with Stopwatch() as sync:
+                if staleness.syncs_after(drain, self.interval):
+                    self.sync()
+            self.ledger = state.ledger
+            add_rollouter_figures(records, state, self.seen)
+            self.seen = state
+            run.journal.write(self._wait(self.rollouter.take_journal.remote(), "the rollouter's journal"))
+            if self.end_rollout(records, sync.seconds):
+                break
+        self.save_last_checkpoint()
+        self.finish()
 
     def drain(self, drain: int) -> tuple[RolloutBatch, RolloutState]:
         """`rollout.batch_size` groups fresh enough to train on at the current version, and the rollouter's
@@ -98,61 +109,38 @@ class FullyAsyncDriver:
         `nccl` transports once its ranks have sent it: the engines take it while the rollouter holds
         generation, and report it through the rollouter as on the `cpu` path)."""
         self.finish_sync()
-        version = self.run.next_version()
-        if self.run.transport == "cpu":
-            weights, other_sends = self.run.weights_for(version), ([], [])
-        else:
-            # Rank 0's send reports for every engine; the other ranks' sends are waited on as well, so that one
-            # that fails fails the sync under its own name.
-            weights, *sends = self.run.push(version)
-            other_sends = (sends, self.run.load_labels(version)[1:])
-        self.pending_sync = (version, self.rollouter.update_weights.remote([weights], version), other_sends)
+        self.pending_sync = self.run.weights.hand_off(self.run.step, self.rollouter.update_weights.remote)
 
     def finish_sync(self) -> None:
         """Wait for the weight sync under way, and check what every engine serves after it."""
         if self.pending_sync is not None:
-            version, call, other_sends = self.pending_sync
-            self.run.verify_loads(version, self._wait(call, f"the weight sync to version {version}"))
-            self.run.watchdog.get(*other_sends)
+            pending = self.pending_sync
+            self.run.weights.finish(pending, self._wait(pending.call, f"the weight sync to version {pending.version}"))
             self.pending_sync = None
 
-    def record_rollouter_state(self, records: list[dict], state: RolloutState) -> None:
-        """What the drain's records say about the rollouter, since the previous drain."""
-        # Engine time spent generating since the last drain (spread over the engines' calls).
-        records[0]["generate_time_s"] = state.busy_s - self.seen.busy_s
-        dropped = state.ledger.dropped - self.seen.ledger.dropped
-        for record in records:
-            record.update(
-                queue_size=state.queue_size,
-                rollouter_pause_s=state.pause_s - self.seen.pause_s,
-                # Trimming happens in the trainer, and every mode counts it in the ledger only.
-                **{f"dropped_{reason}": dropped[reason] for reason in state.ledger.dropped
-                   if reason not in ("trimmed", "stale")},
-                dropped_stale=dropped["stale"],
-                resumed_groups=state.resumed_groups,
-            )
-        self.seen = state
-
-    def checkpoint_state(self) -> dict:
+    def checkpoint_state(self) -> ModeCheckpoint:
         """The rollouter's snapshot, once the weight sync in progress and the trained reports are done (so that
         the engines hold the trainer's version and the ledger counts every drain trained)."""
         self.finish_sync()
+        self._wait_for_reports()
+        snapshot = unpack(self._wait(self.rollouter.snapshot.remote(), "the rollouter's snapshot"))
+        self.ledger = Ledger.from_dict(snapshot["ledger"])
+        return ModeCheckpoint(self.ledger, {"rollouter": snapshot}, journal=snapshot.pop("journal"),
+                              engine_rngs=snapshot["engine_rngs"], draws=snapshot["factory"]["draws"])
+
+    def _wait_for_reports(self) -> None:
         self.run.watchdog.get(self.reports, ["the rollouter's ledger report"] * len(self.reports))
         self.reports = []
-        snapshot = unpack(self._wait(self.rollouter.snapshot.remote(), "the rollouter's snapshot"))
-        self.run.ledger = Ledger.from_dict(snapshot["ledger"])
-        return {"journal": snapshot.pop("journal"), "engine_rngs": snapshot["engine_rngs"],
-                "draws": snapshot["factory"]["draws"], "rollouter": snapshot}
 
     def finish(self) -> None:
         """Stop generating and take the final ledger once every engine loop has ended; groups still
         in the queue stay counted as queued."""
         self.finish_sync()
-        self.run.watchdog.get(self.reports, ["the rollouter's ledger report"] * len(self.reports))
+        self._wait_for_reports()
         self.run.watchdog.get([self.rollouter.stop.remote()], ["the rollouter's stop"])
-        self.run.ledger = self.run.watchdog.get([self.running], ["the rollouter's last generate calls"])[0]
+        self.ledger = self.run.watchdog.get([self.running], ["the rollouter's last generate calls"])[0]
         self.running = None
-        self.run.record(ray.get(self.rollouter.take_journal.remote()))  # the engine loops have ended
+        self.run.journal.write(ray.get(self.rollouter.take_journal.remote()))  # the engine loops have ended
 
     def _wait(self, ref, label: str):
         """The result of a call to the rollouter, failing fast when the rollouter dies (with its error, which
@@ -180,17 +168,36 @@ class FullyAsyncDriver:
     def _rollouter_waits(self) -> list[str]:
         return [f"the rollouter waits for {wait}" for wait in ray.get(self.rollouter.waiting_on.remote(), timeout=5)]
 
-    def close(self) -> None:
+    def cleanup(self) -> None:
         """End the rollouter; a run that stops early takes its ledger as generation stopped, so that what
         was in flight is accounted for."""
         if self.running is not None:
             try:
                 ray.get(self.rollouter.stop.remote(), timeout=10)
-                self.run.ledger = ray.get(self.running, timeout=10)
+                self.ledger = ray.get(self.running, timeout=10)
             except Exception:  # noqa: BLE001 - shutting down after a failure must not mask it
                 # An engine loop failed: the ledger as the rollouter holds it, with what that engine had in flight.
                 try:
-                    self.run.ledger = ray.get(self.rollouter.state.remote(), timeout=5).ledger
+                    self.ledger = ray.get(self.rollouter.state.remote(), timeout=5).ledger
                 except Exception:  # noqa: BLE001 - the rollouter itself is gone: the last drain's copy stays
                     pass
-        ray.kill(self.rollouter)
+        if self.rollouter is not None:
+            ray.kill(self.rollouter)
+
+
+def add_rollouter_figures(records: list[dict], state: RolloutState, seen: RolloutState) -> None:
+    """What a drain's records say about the rollouter: its `state` now, and its totals since it was `seen` at the
+    previous drain."""
+    # Engine time spent generating since the last drain (spread over the engines' calls).
+    records[0]["generate_time_s"] = state.busy_s - seen.busy_s
+    dropped = state.ledger.dropped - seen.ledger.dropped
+    for record in records:
+        record.update(
+            queue_size=state.queue_size,
+            rollouter_pause_s=state.pause_s - seen.pause_s,
+            # Trimming happens in the trainer, and every mode counts it in the ledger only.
+            **{f"dropped_{reason}": dropped[reason] for reason in state.ledger.dropped
+               if reason not in ("trimmed", "stale")},
+            dropped_stale=dropped["stale"],
+            resumed_groups=state.resumed_groups,
+        )

@@ -7,33 +7,37 @@ then their KV cache for the next rollout's generation.
 
 from __future__ import annotations
 
-from fasync.drivers.common import Run, Stopwatch, trained_samples
+from fasync.drivers.common import Run
+from fasync.drivers.generation import EngineRollouts
+from fasync.drivers.loop import DriverLoop, Stopwatch
+from fasync.metrics.steps import trained_samples
 
 
-class SyncDriver:
+class SyncDriver(DriverLoop):
+    """Its checkpoints hold nothing beyond what `Run` saves: between rollouts no sample is queued or in flight."""
+
     mode = "sync"
 
     def __init__(self, run: Run):
-        self.run = run
-        run.driver = self
+        super().__init__(run)
+        self.rollouts: EngineRollouts | None = None
 
-    def train(self) -> None:
+    def setup(self) -> None:
         run = self.run
-        run.wait_until_ready()
-        for rollout in range(run.start_rollout, run.cfg.train.num_rollouts):
-            batch = run.collect()
-            run.sleep_engines()
-            records = run.train_batch(rollout, batch)
-            run.ledger.train(len(batch.samples), trained_samples(records), batch.groups)
-            with Stopwatch() as sync:
-                run.wake_engines(["weights"])
-                run.publish_weights()
-                run.wake_engines(["kv_cache"])
-            run.write(records, sync.seconds)
-            if run.should_stop():
-                break
-        run.save_checkpoint(run.stop_requested or "finished")
+        self.rollouts = EngineRollouts(run.cfg, run.factory, run.engines, run.watchdog, self.ledger)
+        super().setup()
 
-    def checkpoint_state(self) -> dict:
-        """Nothing beyond what `Run` saves: between rollouts no sample is queued or in flight."""
-        return {}
+    def loop(self) -> None:
+        run, rollouts = self.run, self.rollouts
+        for rollout in range(run.start_rollout, run.cfg.train.num_rollouts):
+            batch = rollouts.next_batch()
+            rollouts.sleep()
+            records = run.train_batch(rollout, batch)
+            self.ledger.train(len(batch.samples), trained_samples(records), batch.groups)
+            with Stopwatch() as sync:
+                rollouts.wake(["weights"])
+                run.weights.publish(run.step)
+                rollouts.wake(["kv_cache"])
+            if self.end_rollout(records, sync.seconds):
+                break
+        self.save_last_checkpoint()

@@ -13,9 +13,9 @@ import ray
 
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import Resolved, ResourcePlan
-from fasync.rollout.engine import probed_names, weights_checksum
 from fasync.rollout.rollouter import Rollouter
-from fasync.rollout.weight_transfer import SentWeights
+from fasync.weights.checksum import probed_names, weights_checksum
+from fasync.weights.sender import SentWeights
 from fasync.wire import arrays_to_weights, pack, unpack, weights_to_arrays
 
 
@@ -88,7 +88,7 @@ class EngineActor:
     def wake_up(self, tags: list[str] | None = None) -> None:
         self.engine.wake_up(tags)
 
-    # The `ipc` and `nccl` transports: `fasync.rollout.weight_transfer.EngineClient`, run by trainer rank 0's
+    # The `ipc` and `nccl` transports: `fasync.weights.sender.EngineClient`, run by trainer rank 0's
     # vLLM transfer engine, drives the vLLM engine through these.
 
     @ray.method(concurrency_group="control")
@@ -166,10 +166,10 @@ class TrainerActor:
 
     def init_weight_sync(self, transport: str, engines: list, rank_offsets: list[int] | None = None,
                          world_size: int | None = None, endpoint: tuple[str, int] | None = None) -> None:
-        """Join the `ipc` or `nccl` weight transfer (`fasync.rollout.weight_transfer.TrainerSender`); rank 0
+        """Join the `ipc` or `nccl` weight transfer (`fasync.weights.sender.TrainerSender`); rank 0
         also sets it up on the engines."""
-        from fasync.rollout.weight_transfer import BucketSource, EngineClient, TrainerSender
-        from fasync.train.weights import DEFAULT_BUCKET_BYTES
+        from fasync.weights.buckets import DEFAULT_BUCKET_BYTES
+        from fasync.weights.sender import BucketSource, EngineClient, TrainerSender
 
         source = BucketSource.of_model(self.trainer.model, self.trainer.compute_dtype, DEFAULT_BUCKET_BYTES)
         address, port = endpoint or (None, None)
@@ -232,8 +232,8 @@ class TrainerGroup:
     def init_weight_sync(self, transport: str, engines: list, plan: ResourcePlan) -> list:
         """Start setting up the `ipc` or `nccl` weight transfer on every rank (and, from rank 0, on the
         engines); returns the calls, for the caller to wait on. NCCL meets at rank 0's node, in a group of
-        rank 0 and every engine worker (`fasync.rollout.weight_transfer.nccl_ranks`)."""
-        from fasync.rollout.weight_transfer import nccl_ranks
+        rank 0 and every engine worker (`fasync.weights.sender.nccl_ranks`)."""
+        from fasync.weights.sender import nccl_ranks
 
         args = ()
         if transport == "nccl":

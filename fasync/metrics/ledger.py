@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from fasync.atomic import JsonlAppender
+
 DropReason = Literal["zero_variance", "surplus", "unfinished_at_stop", "stale", "stale_at_resume", "trimmed"]
 
 DROPPED_FROM: dict[str, str] = {
@@ -45,6 +47,34 @@ samples that do not fill a global batch."""
 
 JOURNAL = "ledger.jsonl"
 """The run directory's journal of group transitions."""
+
+
+class Event:
+    """The journal's event names (each ledger.jsonl line's `event`): the ledger's transitions, then the marks the
+    driver adds where a process of the run resumed, took a checkpoint, and ended."""
+
+    PRODUCED = "produced"
+    QUEUED = "queued"
+    TRAINED = "trained"
+    DROPPED = "dropped"
+    RESUME = "resume"
+    CHECKPOINT = "checkpoint"
+    END = "end"
+
+
+class Journal(JsonlAppender):
+    """The run directory's ledger.jsonl, which the driver's process writes: the ledger's transitions wherever
+    the ledger lives (`write`), and its own marks (`mark`)."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(Path(run_dir) / JOURNAL)
+
+    def write(self, entries: list[dict]) -> None:
+        for entry in entries:
+            self.append(entry)
+
+    def mark(self, event: str, **fields) -> None:
+        self.append({"event": event, **fields})
 
 
 def _journal_entry(event: str, groups: Sequence, reason: str | None = None, lengths: bool = False) -> dict:
@@ -83,14 +113,14 @@ class Ledger:
         with self._lock:
             self.produced += samples
             self.in_flight += samples
-            self._note(_journal_entry("produced", groups))
+            self._note(_journal_entry(Event.PRODUCED, groups))
 
     def deliver(self, samples: int, groups: Sequence = ()) -> None:
         """Generated and scored samples wait for the trainer."""
         with self._lock:
             self.in_flight -= samples
             self.queued += samples
-            self._note(_journal_entry("queued", groups))
+            self._note(_journal_entry(Event.QUEUED, groups))
 
     def drop(self, reason: DropReason, samples: int, groups: Sequence = ()) -> None:
         """Samples leave the state `DROPPED_FROM[reason]` and are never trained on."""
@@ -99,7 +129,7 @@ class Ledger:
         with self._lock:
             setattr(self, DROPPED_FROM[reason], getattr(self, DROPPED_FROM[reason]) - samples)
             self.dropped[reason] += samples
-            self._note(_journal_entry("dropped", groups, reason, lengths=True))
+            self._note(_journal_entry(Event.DROPPED, groups, reason, lengths=True))
 
     def train(self, taken: int, trained: int, groups: Sequence = ()) -> None:
         """The trainer took `taken` queued samples (of `groups`) and trained on `trained` of them; the rest
@@ -107,7 +137,7 @@ class Ledger:
         with self._lock:
             self.queued -= trained
             self.consumed += trained
-            self._note(_journal_entry("trained", groups, lengths=True))
+            self._note(_journal_entry(Event.TRAINED, groups, lengths=True))
             self.drop("trimmed", taken - trained)
 
     def take_journal(self) -> list[dict]:
@@ -289,34 +319,34 @@ def audit(journal: Path, counts: dict | None = None, samples_per_group: int | No
     draws: set[int] = set()
     for number, entry in read_journal(journal):
         event = entry.get("event")
-        if event == "resume":
+        if event == Event.RESUME:
             result.processes += 1
             result.finished = False
             continue
-        if event in ("checkpoint", "end"):
+        if event in (Event.CHECKPOINT, Event.END):
             result.cursor = entry["draws"]
-            result.finished = result.finished or event == "end"
+            result.finished = result.finished or event == Event.END
             continue
         for index, group in enumerate(entry.get("ids", [])):
             where = f"line {number}: group {group}"
             before = state.get(group)
-            if event == "produced":
+            if event == Event.PRODUCED:
                 if before is not None:
                     result.problems.append(f"{where} produced again (it was {before})")
                 draws.add(int(group.split(".")[0]))
                 state[group] = "in_flight"
-            elif event == "queued":
+            elif event == Event.QUEUED:
                 if before != "in_flight":
                     result.problems.append(f"{where} queued while {before or 'never produced'}")
                 state[group] = "queued"
-            elif event == "trained":
+            elif event == Event.TRAINED:
                 if before == "trained":
                     result.problems.append(f"{where} trained twice")
                 elif before != "queued":
                     result.problems.append(f"{where} trained while {before or 'never produced'}")
                 state[group] = "trained"
                 result.by_length[length_bucket(entry["lengths"][index])]["trained"] += 1
-            elif event == "dropped":
+            elif event == Event.DROPPED:
                 reason = entry["reason"]
                 if before != DROPPED_FROM.get(reason):
                     result.problems.append(f"{where} dropped ({reason}) while {before or 'never produced'}")

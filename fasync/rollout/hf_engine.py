@@ -127,6 +127,13 @@ class HFEngine(RolloutEngine):
             logits = self.model(token[:, None], attention_mask=attention_mask[:, : base + step + 1],
                                 position_ids=(lengths[:, None] + step).clamp(max=last_position), cache=cache)[:, -1]
 
+        return self._continuations(contexts, cache, base, tokens, logprobs, kept, stopped, done)
+
+    def _continuations(self, contexts: list[list[int]], cache, base: int, tokens: torch.Tensor,
+                       logprobs: torch.Tensor, kept: torch.Tensor, stopped: torch.Tensor,
+                       done: torch.Tensor) -> list[Continuation]:
+        """Each row's continuation from the decode's tensors; an unstopped row's cache is kept as a prefix that
+        the next call may continue."""
         kept_list, tokens_list = kept.tolist(), tokens.tolist()
         layers = self.model.cache_layers(cache)
         for row, (context, n, was_stopped) in enumerate(zip(contexts, kept_list, stopped.tolist())):

@@ -7,7 +7,7 @@ generated. Behaviour logprobs come from `logprobs_mode="processed_logprobs"`: af
 top-p, i.e. of the distribution sampled from, as in the torch engine. Both engines obey one stop
 rule: a completion ends at one of fasync's stop ids (`SamplingParams.stop_token_ids`) or at its
 budget, and nowhere else (`ignore_eos`: vLLM would otherwise also stop at the model's own EOS ids).
-New weights arrive through `fasync.rollout.weight_transfer`.
+New weights arrive through `fasync.weights`.
 
 In fully_async the rollouter streams requests into the engine instead (`submit` and `take_ended`, continuous
 batching: `fasync.rollout.vllm_stream`, whose docstring says why a stepped `LLMEngine` and not `AsyncLLM`).
@@ -24,7 +24,8 @@ from fasync.errors import ConfigurationError
 from fasync.rollout.engine import Continuation, RolloutEngine
 from fasync.rollout.types import Generation, SamplingParams
 from fasync.rollout.vllm_stream import RequestStream, ended_reason, sampled_logprobs, vllm_sampling
-from fasync.rollout.weight_transfer import WorkerWeights, to_blob, transport_for
+from fasync.weights.blob import WorkerWeights, to_blob
+from fasync.weights.transport import transport_for
 
 GPU_MEMORY_SHARE = {True: 0.4, False: 0.85}
 """Fraction of GPU memory vLLM may claim, by `resources.colocate`, where the plan has no estimate of what the
@@ -120,7 +121,7 @@ class VLLMEngine(RolloutEngine):
         # the load (a paused stream) are preempted, to recompute theirs under the new ones.
         self.llm.reset_prefix_cache(reset_running_requests=True)
 
-    # -- the `ipc` and `nccl` transports: what `fasync.rollout.weight_transfer.EngineClient` calls, through
+    # -- the `ipc` and `nccl` transports: what `fasync.weights.sender.EngineClient` calls, through
     # the engine actor, with vLLM's payloads (plain dicts) passed on to `LLM`'s own weight transfer methods --
 
     def init_weight_transfer_engine(self, init_info: dict) -> None:

@@ -129,8 +129,3 @@ def shard(model: nn.Module, compute_dtype: torch.dtype, trainable: bool = True) 
             # A plain SUM: gloo has no PREMUL_SUM, and NCCL sums exactly the same.
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
-
-
-def full_value(value):
-    """A sharded (DTensor) value gathered whole on every rank; other tensors as they are."""
-    return value.full_tensor() if hasattr(value, "full_tensor") else value

@@ -34,7 +34,7 @@ from fasync.train import correction, distributed
 from fasync.train.advantages import compute_advantages
 from fasync.train.batching import MicroBatch, collate, plan_steps, rank_micro_batches
 from fasync.train.losses import aggregate, clipped_surrogate, k3_kl
-from fasync.train.weights import DEFAULT_BUCKET_BYTES, weight_buckets
+from fasync.weights.buckets import DEFAULT_BUCKET_BYTES, full_value, weight_buckets
 
 # Correction metrics that combine across micro batches by max instead of a token-weighted mean.
 _MAX_METRICS = {"is/weight_max"}
@@ -129,8 +129,6 @@ class Trainer:
 
     def _step(self, step_samples: list[Sample], batches: list[MicroBatch], current_version: int) -> dict:
         start = time.monotonic()
-        train = self.cfg.train
-        anchor = self.derived.ratio_anchor
         tokens = sum(b.num_tokens for b in batches)
         step_tokens, step_sequences = (int(v) for v in distributed.sum_scalars(
             [tokens, sum(int(b.completion_mask.any(-1).sum()) for b in batches)], self.device))
@@ -141,34 +139,7 @@ class Trainer:
 
         self.optimizer.zero_grad(set_to_none=True)
         for batch in batches:
-            logp, entropy = self._scores(batch, entropy_grad=train.entropy_coef != 0)
-            if anchor == "behaviour":
-                old = batch.behaviour_logprobs
-                corrected = correction.apply(logp, old, batch.completion_mask, self.cfg.correction)
-                weights = torch.ones_like(logp)
-            else:
-                # proximal, and the first step of recompute: the weights have not moved since they
-                # produced `logp`, so the anchor is the step's own forward, detached.
-                old = logp.detach() if batch.anchor_logp is None else batch.anchor_logp
-                corrected = correction.apply(old, batch.behaviour_logprobs, batch.completion_mask,
-                                             self.cfg.correction)
-                weights = corrected.weights
-            keep = corrected.keep_mask
-            surrogate, clipped = clipped_surrogate(logp, old, batch.advantages, train.clip_eps_low,
-                                                   train.clip_eps_high)
-            terms = {"pg_loss": surrogate * weights, "entropy": entropy}
-            if self.reference is not None:
-                terms["kl"] = k3_kl(logp, self._logprobs(batch, self.reference))
-            parts = {name: aggregate(values, keep, train.loss_aggregation, step_tokens, step_sequences)
-                     for name, values in terms.items()}
-            loss = parts["pg_loss"] + train.kl_coef * parts.get("kl", 0.0) - train.entropy_coef * parts["entropy"]
-            loss.backward()
-            kept = int(keep.sum())
-            sums["loss"] += float(loss.detach())
-            for name, part in parts.items():
-                sums[name] += float(part.detach())
-            sums["clipped"] += float((clipped & keep).sum())
-            sums["kept"] += kept
+            corrected = self._backward(batch, step_tokens, step_sequences, sums)
             batch_tokens = batch.num_tokens
             for name, value in corrected.metrics.items() if batch_tokens else ():
                 if name in _MAX_METRICS:
@@ -178,28 +149,7 @@ class Trainer:
 
         names = ["loss", "pg_loss", "entropy", "kl", "clipped", "kept"]
         totals = dict(zip(names, distributed.sum_scalars([sums[name] for name in names], self.device)))
-        record = {"skipped": totals["kept"] == 0, "skip_reason": None, "nonfinite_skipped": 0}
-        if record["skipped"]:
-            # Every token was rejected: a step now would only apply weight decay and momentum.
-            record["skip_reason"] = "all tokens rejected by correction"
-            grad_norm = 0.0
-        else:
-            if self.strategy == "ddp":
-                distributed.sum_gradients(self.model)
-            max_norm = train.grad_clip if train.grad_clip is not None else float("inf")
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-            grad_norm = float(distributed.full_value(norm))
-            # Every rank holds the same summed loss and global norm, so every rank skips the same steps.
-            broken = [name for name, value in (("loss", totals["loss"]), ("gradient", grad_norm))
-                      if not math.isfinite(value)]
-            if broken:
-                # One NaN step would make every weight NaN, and the engines would sample from garbage.
-                record.update(skipped=True, nonfinite_skipped=1,
-                              skip_reason=f"non-finite {' and '.join(broken)} (NaN or inf): no optimizer step")
-                self.optimizer.zero_grad(set_to_none=True)
-            else:
-                self.optimizer.step()
-                self.steps += 1
+        record, grad_norm = self._optimizer_step(totals)
         correction_metrics = _combine_correction_metrics(
             distributed.gather_objects((correction_sums, correction_maxima)), step_tokens)
         correction_metrics["is/all_rejected"] = float(record["skipped"])
@@ -225,11 +175,71 @@ class Trainer:
         })
         return record
 
+    def _backward(self, batch: MicroBatch, step_tokens: int, step_sequences: int, sums: dict[str, float]):
+        """One micro-batch's loss, backpropagated, its parts added to `sums`; returns its correction."""
+        train = self.cfg.train
+        logp, entropy = self._scores(batch, entropy_grad=train.entropy_coef != 0)
+        if self.derived.ratio_anchor == "behaviour":
+            old = batch.behaviour_logprobs
+            corrected = correction.apply(logp, old, batch.completion_mask, self.cfg.correction)
+            weights = torch.ones_like(logp)
+        else:
+            # proximal, and the first step of recompute: the weights have not moved since they
+            # produced `logp`, so the anchor is the step's own forward, detached.
+            old = logp.detach() if batch.anchor_logp is None else batch.anchor_logp
+            corrected = correction.apply(old, batch.behaviour_logprobs, batch.completion_mask,
+                                         self.cfg.correction)
+            weights = corrected.weights
+        keep = corrected.keep_mask
+        surrogate, clipped = clipped_surrogate(logp, old, batch.advantages, train.clip_eps_low,
+                                               train.clip_eps_high)
+        terms = {"pg_loss": surrogate * weights, "entropy": entropy}
+        if self.reference is not None:
+            terms["kl"] = k3_kl(logp, self._logprobs(batch, self.reference))
+        parts = {name: aggregate(values, keep, train.loss_aggregation, step_tokens, step_sequences)
+                 for name, values in terms.items()}
+        loss = parts["pg_loss"] + train.kl_coef * parts.get("kl", 0.0) - train.entropy_coef * parts["entropy"]
+        loss.backward()
+        kept = int(keep.sum())
+        sums["loss"] += float(loss.detach())
+        for name, part in parts.items():
+            sums[name] += float(part.detach())
+        sums["clipped"] += float((clipped & keep).sum())
+        sums["kept"] += kept
+        return corrected
+
+    def _optimizer_step(self, totals: dict[str, float]) -> tuple[dict, float]:
+        """The optimizer step on the gradients of every micro-batch, unless no token was kept or the loss or
+        the gradient is not finite; returns the record's skip fields and the gradient norm."""
+        train = self.cfg.train
+        record = {"skipped": totals["kept"] == 0, "skip_reason": None, "nonfinite_skipped": 0}
+        if record["skipped"]:
+            # Every token was rejected: a step now would only apply weight decay and momentum.
+            record["skip_reason"] = "all tokens rejected by correction"
+            return record, 0.0
+        if self.strategy == "ddp":
+            distributed.sum_gradients(self.model)
+        max_norm = train.grad_clip if train.grad_clip is not None else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        grad_norm = float(full_value(norm))
+        # Every rank holds the same summed loss and global norm, so every rank skips the same steps.
+        broken = [name for name, value in (("loss", totals["loss"]), ("gradient", grad_norm))
+                  if not math.isfinite(value)]
+        if broken:
+            # One NaN step would make every weight NaN, and the engines would sample from garbage.
+            record.update(skipped=True, nonfinite_skipped=1,
+                          skip_reason=f"non-finite {' and '.join(broken)} (NaN or inf): no optimizer step")
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+            self.steps += 1
+        return record, grad_norm
+
     # -- weights -------------------------------------------------------------------------------
 
     def weight_buckets(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES):
         """The policy's weights in the engines' dtype, whole, bucketed, on the trainer's device; every rank
-        must iterate (`fasync.train.weights`)."""
+        must iterate (`fasync.weights.buckets`)."""
         return weight_buckets(self.model, self.compute_dtype, bucket_bytes)
 
     def rollout_state_dict(self) -> dict[str, Tensor]:

@@ -159,7 +159,7 @@ def idle_trainer_gpus(cfg, derived):
     "has nothing to map, so the first weight sync would fail; the run refuses to start instead.",
 )
 def colocated_engine_gpu_without_trainer(cfg, derived):
-    from fasync.rollout.weight_transfer import ipc_shortfall
+    from fasync.weights.transport import ipc_shortfall
 
     shortfall = ipc_shortfall(cfg)
     if shortfall is not None:

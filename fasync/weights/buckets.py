@@ -1,6 +1,6 @@
 """The trainer's weights for the rollout engines, gathered out of any sharding one bucket at a time.
 
-This is where the trainer meets the weight transfer (fasync.rollout): `weight_buckets` yields lists of
+This is where the trainer meets the weight transfer (`fasync.weights.sender`): `weight_buckets` yields lists of
 (name, tensor) whose tensors are whole (an FSDP2 shard gathered from every rank), in the engines'
 dtype, on the trainer's device, and together at most `bucket_bytes` (a single larger tensor goes
 alone). Every rank must iterate it, since each gather is a collective; rank 0 sends what it yields and
@@ -15,10 +15,13 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from fasync.train.distributed import full_value
-
 DEFAULT_BUCKET_BYTES = 512 << 20
 """Per bucket: large enough that a sync is a few dozen transfers for a 7B model, small next to its memory."""
+
+
+def full_value(value):
+    """A sharded (DTensor) value gathered whole on every rank; other tensors as they are."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value
 
 
 def weight_buckets(model: nn.Module, dtype: torch.dtype,

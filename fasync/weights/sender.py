@@ -1,73 +1,18 @@
-"""How the trainer's weights reach a vLLM engine: one interface, a transport per placement.
-
-- `cpu` (vLLM's CPU build): the weights cross to the engine actor as arrays (`fasync.wire`), then
-  into vLLM's worker as one safetensors blob through `collective_rpc`, whose arguments vLLM serializes
-  with msgpack (a tensor would arrive as a plain list, bytes arrive as bytes). The worker reloads them
-  with its model runner's `reload_weights`, which also redoes the CPU build's repacking of linear
-  weights after loading (the model's own `load_weights` cannot load into repacked parameters).
-- `ipc` (colocated: each engine worker shares its GPU with a trainer rank) and `nccl` (engines on GPUs of
-  their own): vLLM's weight transfer engines (`weight_transfer_config` on the engine; `trainer_init` /
-  `send_weights` on the trainer ranks, which drive `init_weight_transfer_engine` / `start_weight_update` /
-  `update_weights` / `finish_weight_update` on the engines through `EngineClient`). The trainer ranks
-  send from the device, packed into buffers of `bucket_bytes` (`fasync.train.weights`): no host copy.
-  One NCCL group holds the sending trainer rank 0 and every worker of every engine (`nccl_ranks`), so one
-  broadcast reaches them all.
-
-Only the vLLM engine on GPUs has a weight transfer engine; every other engine (the torch engine, on a GPU
-or not) takes the `cpu` path (`transport_of`).
-
-Every transport loads the same thing: the trainer's rollout weights under their Hugging Face names
-(`hf_names`), in the engine's dtype.
+"""The `ipc` and `nccl` transports: vLLM's weight transfer engines (`weight_transfer_config` on the engine;
+`trainer_init` / `send_weights` on the trainer ranks, which drive `init_weight_transfer_engine` /
+`start_weight_update` / `update_weights` / `finish_weight_update` on the engines through `EngineClient`).
+The trainer ranks send from the device, packed into buffers of `bucket_bytes` (`fasync.weights.buckets`): no
+host copy. One NCCL group holds the sending trainer rank 0 and every worker of every engine (`nccl_ranks`), so
+one broadcast reaches them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 
-from fasync.errors import ConfigurationError
-
-Transport = Literal["cpu", "ipc", "nccl"]
-
-
-def transport_for(gpus_per_engine: int, colocate: bool) -> Transport:
-    """The transport a vLLM engine's placement uses: CPU engines take blobs, a colocated GPU engine CUDA IPC
-    handles (trainer and engine share the device), a GPU engine of its own an NCCL broadcast."""
-    if gpus_per_engine == 0:
-        return "cpu"
-    return "ipc" if colocate else "nccl"
-
-
-def transport_of(cfg) -> Transport:
-    """The transport a run's weight syncs take: a vLLM engine's by its placement; the torch engine loads a
-    state dict (the `cpu` path) wherever it runs."""
-    if cfg.rollout.engine != "vllm":
-        return "cpu"
-    return transport_for(cfg.resources.gpus_per_engine, cfg.resources.colocate)
-
-
-def ipc_shortfall(cfg) -> tuple[int, int] | None:
-    """(engine GPUs, trainer GPUs) when the `ipc` transport cannot reach every engine worker: CUDA IPC hands
-    each worker the tensors of the trainer rank on its own GPU, so every engine GPU needs one (lint rule R007,
-    and `check_transport` when a run starts); None when it can, or the run takes another transport."""
-    res = cfg.resources
-    engine_gpus = res.num_rollout_engines * res.gpus_per_engine
-    trainer_gpus = res.trainer_ranks * res.gpus_per_trainer_rank
-    if transport_of(cfg) == "ipc" and engine_gpus > trainer_gpus:
-        return engine_gpus, trainer_gpus
-    return None
-
-
-def check_transport(cfg) -> None:
-    """Raise a ConfigurationError for a placement whose transport cannot reach every engine worker."""
-    shortfall = ipc_shortfall(cfg)
-    if shortfall is not None:
-        raise ConfigurationError(
-            f"resources: colocated vLLM engines take their weights over CUDA IPC from the trainer rank on the same "
-            f"GPU, but the engines use {shortfall[0]} GPUs (num_rollout_engines × gpus_per_engine) and the trainer "
-            f"ranks only {shortfall[1]}: raise resources.trainer_ranks to {shortfall[0]}, or set "
-            "resources.colocate: false (`fasync check` reports this as R007)")
+from fasync.weights.blob import hf_names
+from fasync.weights.transport import Transport
 
 
 def nccl_ranks(workers_per_engine: list[int]) -> tuple[int, list[int]]:
@@ -134,42 +79,10 @@ class EngineClient:
         self.served = self._each("finish_weight_update", version)
 
 
-def hf_names(named: Iterable[tuple[str, object]]) -> Iterator[tuple[str, object]]:
-    """The trainer's parameter names as the Hugging Face checkpoint (and so vLLM's loader) spells them:
-    without the prefix of fasync's wrapper (`fasync.model.hf.HFCausalLM`)."""
-    from fasync.model.hf import WRAPPER_PREFIX
-
-    for name, tensor in named:
-        yield name.removeprefix(WRAPPER_PREFIX), tensor
-
-
-def to_blob(named: Iterable[tuple[str, object]]) -> bytes:
-    """One safetensors blob of the named CPU tensors, under their Hugging Face names."""
-    from safetensors.torch import save
-
-    return save({name: tensor.detach().contiguous() for name, tensor in hf_names(named)})
-
-
-def from_blob(blob: bytes) -> dict:
-    from safetensors.torch import load
-
-    return load(blob)
-
-
-class WorkerWeights:
-    """Mixed into every vLLM worker (`worker_extension_cls`): what the `cpu` transport calls there."""
-
-    def fasync_load_blob(self, blob: bytes) -> int:
-        """Reload the model from a `to_blob` blob; returns the number of tensors loaded."""
-        weights = from_blob(blob)
-        self.model_runner.reload_weights(weights_iterator=iter(weights.items()))
-        return len(weights)
-
-
 class BucketSource:
     """The trainer's weights as vLLM's weight transfer engines read them (a `WeightSource`: `metadata()`
     without transferring, then the same tensors in the same order on iteration), gathered bucket by
-    bucket from `buckets()` (a fresh `fasync.train.weights.weight_buckets` pass each time) and named as
+    bucket from `buckets()` (a fresh `fasync.weights.buckets.weight_buckets` pass each time) and named as
     the Hugging Face checkpoint.
 
     Kept free of vLLM so that its contract is tested without it; `vllm_source` wraps it in vLLM's class."""
@@ -182,7 +95,7 @@ class BucketSource:
     def of_model(cls, model, dtype, bucket_bytes: int) -> "BucketSource":
         """Every parameter of `model` in `dtype`; the metadata is read from the local shapes (an FSDP2
         `DTensor` reports its global shape), so it costs no gather."""
-        from fasync.train.weights import weight_buckets
+        from fasync.weights.buckets import weight_buckets
 
         meta = [(name, dtype, tuple(value.shape)) for name, value in hf_names(model.state_dict().items())]
         return cls(lambda: weight_buckets(model, dtype, bucket_bytes), meta)

@@ -1,0 +1,70 @@
+"""The shape every driver has: `train` sets up, runs its loop over the rollouts (drains), and cleans up whatever
+way the loop ended; each rollout ends the same way (`end_rollout`)."""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+from fasync.checkpoint.run import ModeCheckpoint
+from fasync.drivers.common import Run
+from fasync.metrics.ledger import Ledger
+
+
+class Stopwatch:
+    """`with Stopwatch() as watch: ...`, then `watch.seconds`: timing stays with the caller, so that no
+    command has to return how long it took."""
+
+    seconds = 0.0
+
+    def __enter__(self) -> "Stopwatch":
+        self._start = time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.monotonic() - self._start
+
+
+class DriverLoop:
+    mode: ClassVar[str]
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.ledger = Ledger() if run.resumed is None else Ledger.from_dict(run.resumed.ledger)
+        """The run's sample ledger as this driver holds it (`Driver.ledger`)."""
+        self.resumed_state = {} if run.resumed is None else run.resumed.mode
+        """The mode's part of the resumed checkpoint (`ModeCheckpoint.state`), for `setup` to take up."""
+
+    def train(self) -> None:
+        try:
+            self.setup()
+            self.loop()
+        finally:
+            self.cleanup()
+
+    def setup(self) -> None:
+        """Start the mode's own parts, and wait until the run is ready to train."""
+        self.run.wait_until_ready()
+
+    def loop(self) -> None:
+        """Train rollout (drain) after rollout, from `Run.start_rollout`, each ended by `end_rollout`, then take
+        the last checkpoint. Each mode's own."""
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        """End the mode's own parts, after the loop finished or failed."""
+
+    def checkpoint_state(self) -> ModeCheckpoint:
+        return ModeCheckpoint(self.ledger)
+
+    def end_rollout(self, records: list[dict], weight_sync_time_s: float) -> bool:
+        """Write the rollout's records, take a checkpoint when one is due, and say whether to stop here."""
+        run = self.run
+        run.write(records, weight_sync_time_s, self.ledger)
+        if run.checkpoints.due(run.step):
+            run.save_checkpoint("every", self.checkpoint_state())
+        return run.should_stop()
+
+    def save_last_checkpoint(self) -> None:
+        """The checkpoint at the end of the loop: "finished", or the outcome of the stop that ended it."""
+        self.run.save_checkpoint(self.run.stop_requested or "finished", self.checkpoint_state())
