@@ -44,6 +44,8 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check fasync tests bench
+	# The layering (README's Layout): contracts in pyproject.toml.
+	$(BIN)/lint-imports
 	$(BIN)/fasync check --strict configs/quickstart.yaml configs/sync.yaml configs/async.yaml configs/fully_async.yaml
 
 docs: $(STAMP)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fasync.bench.modes import run_variant
 from fasync.bench.report import measured, table, write_block
+from fasync.commands.train import run as train
 from fasync.metrics.measure import last_per_rollout, time_to_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +48,7 @@ def main() -> int:
         for index, (name, overrides) in enumerate(VARIANTS.items()):
             runs = []
             for seed in range(args.seeds):
-                code, records, _ = run_variant(CONFIG, [*overrides, f"train.num_rollouts={args.rollouts}",
+                code, records, _ = run_variant(train, CONFIG, [*overrides, f"train.num_rollouts={args.rollouts}",
                                                         f"train.seed={seed}", f"data.seed={seed}",
                                                         "logging.progress=none"],
                                                Path(scratch) / f"variant{index}-seed{seed}")

@@ -106,6 +106,7 @@ def _train(run: Run, out: Path, rollouts: int) -> tuple[Run, int, float]:
     import ray
 
     from fasync.bench.modes import run_variant
+    from fasync.commands.train import run as train
 
     if not _RAY_HELD:
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
@@ -113,7 +114,7 @@ def _train(run: Run, out: Path, rollouts: int) -> tuple[Run, int, float]:
     if run.directory(out).exists():  # a run stopped half-way: start it afresh (metrics.jsonl appends)
         shutil.rmtree(run.directory(out))
     started = time.monotonic()
-    code, _, _ = run_variant(CONFIG, run.overrides(rollouts), run.directory(out))
+    code, _, _ = run_variant(train, CONFIG, run.overrides(rollouts), run.directory(out))
     return run, code, time.monotonic() - started
 
 

@@ -31,6 +31,7 @@ from fasync.bench.modes import (
     variant_overrides,
 )
 from fasync.bench.report import measured, parallel_capacity, table, write_block
+from fasync.commands.train import run as train
 from fasync.modes import MODES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,7 +216,7 @@ def validation_block(out: Path, repeats: int, kept: bool = False) -> str:
         results = [result for result, _ in found]
         repeats = min((count for _, count in found), default=0)
     else:
-        results = [run_scenario(s, QUICKSTART, [], out, 0.9, ROOT / "configs", repeats) for s in scenarios]
+        results = [run_scenario(train, s, QUICKSTART, [], out, 0.9, ROOT / "configs", repeats) for s in scenarios]
     calibration = calibrate([out / "modes" / "0-sync-0"])
     load_after = " / ".join(f"{value:.2f}" for value in os.getloadavg())
     parts = [

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fasync.bench.modes import run_variant
 from fasync.bench.report import measured, table, write_block
+from fasync.commands.train import run as train
 from fasync.metrics.measure import last_per_rollout, time_to_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +35,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for seed in range(args.runs):
             started = time.monotonic()
-            code, records, _ = run_variant(args.config, [f"train.seed={seed}", f"data.seed={seed}",
+            code, records, _ = run_variant(train, args.config, [f"train.seed={seed}", f"data.seed={seed}",
                                                          "logging.progress=none"], Path(scratch) / f"run{seed}")
             wall = time.monotonic() - started
             reached = time_to_target(records, args.target)

@@ -22,6 +22,7 @@ import yaml
 
 from fasync.bench.modes import LONG_TAIL, Scenario, Variant, run_scenario
 from fasync.bench.report import comparison, measured, mode_table, overrides_list, phase_table, write_block
+from fasync.commands.train import run as train
 from fasync.report.markdown import fmt, table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +103,7 @@ def main() -> int:
     dataset = LONG_TAIL.write_dataset(out / "long-tail.jsonl")
     config = base_config(out / "base.yaml", model, dataset, args.rollouts)
     chosen = scenario(dataset, args.rollouts)
-    result = run_scenario(chosen, str(config), [], out, LONG_TAIL.target, EXAMPLES, repeats=args.repeats)
+    result = run_scenario(train, chosen, str(config), [], out, LONG_TAIL.target, EXAMPLES, repeats=args.repeats)
     import vllm
 
     text = "\n\n".join([

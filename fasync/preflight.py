@@ -25,18 +25,13 @@ import sys
 from pathlib import Path
 
 from fasync.config.loader import LoadResult
-from fasync.diagnostics import Diagnostic, Severity
+from fasync.diagnostics import Diagnostic
 from fasync.errors import ConfigurationError
+from fasync.lint.environment import finding
 from fasync.memory import DATASET_PROMPT_TOKENS
 
-SEVERITIES = {"E001": Severity.ERROR, "E002": Severity.ERROR, "E003": Severity.ERROR, "E004": Severity.ERROR,
-              "E005": Severity.ERROR, "E006": Severity.INFO, "E007": Severity.ERROR}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 IMPORT_PAIR = "import torch, vllm; print(torch.__version__, vllm.__version__)"
-
-
-def _finding(result: LoadResult, code: str, key: str, message: str, help: str | None = None) -> Diagnostic:
-    return Diagnostic(code, SEVERITIES[code], message, key, result.provenance.origin(key), help)
 
 
 def _cluster(result: LoadResult) -> list[Diagnostic]:
@@ -48,28 +43,28 @@ def _cluster(result: LoadResult) -> list[Diagnostic]:
 
     if not ray.is_initialized():
         if cfg.resources.ray_address is None:
-            return [_finding(result, "E006", "resources.ray_address", "no running Ray cluster to compare with the plan: "
-                             "`fasync train` starts a local one with `resources.num_gpus` GPUs")]
+            return [finding(result, "E006", "resources.ray_address", "no running Ray cluster to compare with the plan: "
+                            "`fasync train` starts a local one with `resources.num_gpus` GPUs")]
         ray.init(address=cfg.resources.ray_address, logging_level="ERROR", log_to_driver=False)
     total = ray.cluster_resources()
     nodes = [node for node in ray.nodes() if node.get("Alive")]
     gpus, cpus = total.get("GPU", 0.0), total.get("CPU", 0.0)
     found = []
     if plan.gpus_needed > gpus:
-        found.append(_finding(result, "E001", "resources.num_gpus",
-                              f"the plan reserves {plan.gpus_needed:g} GPUs but the cluster has {gpus:g} "
-                              f"on {len(nodes)} nodes",
-                              "add GPU nodes, or ask for fewer GPUs (`resources.num_rollout_engines`, "
-                              "`resources.gpus_per_engine`, `resources.trainer_ranks`)"))
+        found.append(finding(result, "E001", "resources.num_gpus",
+                             f"the plan reserves {plan.gpus_needed:g} GPUs but the cluster has {gpus:g} "
+                             f"on {len(nodes)} nodes",
+                             "add GPU nodes, or ask for fewer GPUs (`resources.num_rollout_engines`, "
+                             "`resources.gpus_per_engine`, `resources.trainer_ranks`)"))
     if plan.cpus_needed > cpus:
-        found.append(_finding(result, "E001", "resources.trainer_ranks",
-                              f"the plan reserves {plan.cpus_needed:g} CPUs but the cluster has {cpus:g}",
-                              "fewer actors, or fewer `resources.rollout_threads` / `resources.train_threads`"))
+        found.append(finding(result, "E001", "resources.trainer_ranks",
+                             f"the plan reserves {plan.cpus_needed:g} CPUs but the cluster has {cpus:g}",
+                             "fewer actors, or fewer `resources.rollout_threads` / `resources.train_threads`"))
     widest = max((node.get("Resources", {}).get("GPU", 0.0) for node in nodes), default=0.0)
     if cfg.resources.gpus_per_engine > widest and cfg.rollout.engine == "vllm":
-        found.append(_finding(result, "E001", "resources.gpus_per_engine",
-                              f"an engine's {cfg.resources.gpus_per_engine} tensor-parallel GPUs must share a node, "
-                              f"but no node has more than {widest:g}"))
+        found.append(finding(result, "E001", "resources.gpus_per_engine",
+                             f"an engine's {cfg.resources.gpus_per_engine} tensor-parallel GPUs must share a node, "
+                             f"but no node has more than {widest:g}"))
     return found
 
 
@@ -80,9 +75,9 @@ def _packages(result: LoadResult) -> list[Diagnostic]:
     if run.returncode == 0:
         return []
     error = (run.stderr.strip().splitlines() or ["no output"])[-1]
-    return [_finding(result, "E002", "rollout.engine", f"`rollout.engine` vllm, but vLLM and torch do not import "
-                     f"together here: {error}", "install the `gpu` extra's pinned pair (README), or use "
-                     "`rollout.engine: hf`")]
+    return [finding(result, "E002", "rollout.engine", f"`rollout.engine` vllm, but vLLM and torch do not import "
+                    f"together here: {error}", "install the `gpu` extra's pinned pair (README), or use "
+                    "`rollout.engine: hf`")]
 
 
 def _longest_prompt(cfg, tokenizer) -> int | None:
@@ -112,8 +107,8 @@ def _model(result: LoadResult) -> list[Diagnostic]:
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         missing.append("tokenizer (" + ", ".join(TOKENIZER_FILES) + ")")
     if missing:
-        return [_finding(result, "E003", "model.path", f"`model.path` {directory} has no {' and no '.join(missing)}",
-                         "point `model.path` at a Hugging Face model directory saved with save_pretrained")]
+        return [finding(result, "E003", "model.path", f"`model.path` {directory} has no {' and no '.join(missing)}",
+                        "point `model.path` at a Hugging Face model directory saved with save_pretrained")]
     config = json.loads((directory / "config.json").read_text())
     context = config.get("text_config", config).get("max_position_embeddings")
     if context is None:
@@ -135,9 +130,9 @@ def _model(result: LoadResult) -> list[Diagnostic]:
         shorten = "shorten or drop the longest prompts" if measured else "lower `data.max_prompt_tokens`"
         hint = (f"{source} alone fills the model's context of {context} tokens: {shorten}, or use a model with a "
                 "longer context")
-    return [_finding(result, "E004", "rollout.max_new_tokens",
-                     f"{source} is {prompt} tokens; with `rollout.max_new_tokens` {cfg.rollout.max_new_tokens} that "
-                     f"is {prompt + cfg.rollout.max_new_tokens}, above the model's context of {context}", hint)]
+    return [finding(result, "E004", "rollout.max_new_tokens",
+                    f"{source} is {prompt} tokens; with `rollout.max_new_tokens` {cfg.rollout.max_new_tokens} that "
+                    f"is {prompt + cfg.rollout.max_new_tokens}, above the model's context of {context}", hint)]
 
 
 def _dataset(result: LoadResult) -> list[Diagnostic]:
@@ -146,7 +141,7 @@ def _dataset(result: LoadResult) -> list[Diagnostic]:
         return []
     path = Path(cfg.data.path)
     if not path.is_file():
-        return [_finding(result, "E005", "data.path", f"`data.path` {path} does not exist")]
+        return [finding(result, "E005", "data.path", f"`data.path` {path} does not exist")]
     from fasync.data.datasets import read_lines
 
     try:
@@ -156,29 +151,15 @@ def _dataset(result: LoadResult) -> list[Diagnostic]:
             try:
                 record = json.loads(line)
             except ValueError:
-                return [_finding(result, "E005", "data.path", f"{path}:{number} is not a JSON object")]
+                return [finding(result, "E005", "data.path", f"{path}:{number} is not a JSON object")]
             for key in ("prompt_key", "label_key"):
                 name = getattr(cfg.data, key)
                 if not isinstance(record, dict) or name not in record:
-                    return [_finding(result, "E005", f"data.{key}", f"{path}:{number} has no key {name!r}",
-                                     f"set `data.{key}` to the field that holds it")]
+                    return [finding(result, "E005", f"data.{key}", f"{path}:{number} has no key {name!r}",
+                                    f"set `data.{key}` to the field that holds it")]
     except ConfigurationError as error:  # a line too long, or not UTF-8
-        return [_finding(result, "E005", "data.path", str(error).removeprefix("data.path: "))]
+        return [finding(result, "E005", "data.path", str(error).removeprefix("data.path: "))]
     return []
-
-
-def missing_trackers(result: LoadResult) -> list[Diagnostic]:
-    """E007 for each tracker `logging.backends` asks for whose package is not installed. It costs a package
-    lookup (nothing is imported), so `fasync check` and `fasync train` run it on every config: a run must not
-    start only to fail at its first metrics row."""
-    from fasync.metrics.trackers import BACKENDS, missing
-
-    if result.config is None:
-        return []
-    return [_finding(result, "E007", "logging.backends", f"`logging.backends` asks for {name}, but the "
-                     f"`{BACKENDS[name].module}` package is not installed here",
-                     f"{BACKENDS[name].install}, or remove {name} from `logging.backends`")
-            for name in missing(result.config.logging.backends)]
 
 
 def preflight(result: LoadResult) -> list[Diagnostic]:

@@ -141,13 +141,14 @@ def test_a_base_config_without_the_mode_configs_beside_it_is_one_clear_error(tmp
 @pytest.mark.timeout(900)  # seven tiny runs and their charts: past the default 300 s on a loaded two-core machine
 def test_every_mode_and_the_long_tail_report_every_field(ray_session, tmp_path):
     from fasync.bench.report import benchmark
+    from fasync.commands.train import run as train
 
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(BASE))
     doc = tmp_path / "benchmarks.md"
     tail = LongTail(short=1, long=3, long_fraction=0.25, pool=64, rollouts=4, target=0.5, micro_batch_size=8,
                     slices=(2,))
-    results, blocks = benchmark(str(config), [], out_dir=tmp_path / "runs", doc=doc, long_tail=tail,
+    results, blocks = benchmark(train, str(config), [], out_dir=tmp_path / "runs", doc=doc, long_tail=tail,
                                 command="fasync bench tiny.yaml", examples=EXAMPLES)
 
     standard, long_tail = results

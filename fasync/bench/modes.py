@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,11 +141,14 @@ class LongTail:
 LONG_TAIL = LongTail()
 
 
-def run_variant(config: str, overrides: list[str], run_dir: Path) -> tuple[int, list[dict], int]:
+TrainCommand = Callable[..., int]
+"""`fasync train` as the bench runs it, `train(config, overrides, run_dir=...)` → exit code: the caller hands in
+`fasync.commands.train.run`, so that the bench sits below the commands (README's Layout)."""
+
+
+def run_variant(train: TrainCommand, config: str, overrides: list[str], run_dir: Path) -> tuple[int, list[dict], int]:
     """Train in this process (Ray started and stopped by the run unless the caller holds a session):
     exit code, step records and the number of rollout engines."""
-    from fasync.commands.train import run as train
-
     code = train(config, overrides, run_dir=str(run_dir))
     return (code, *read_run_dir(run_dir))
 
@@ -167,8 +171,8 @@ def variant_overrides(scenario: Scenario, variant: Variant, examples: Path) -> l
     return [item for index, item in enumerate(items) if keys[index] not in keys[index + 1:]]
 
 
-def run_scenario(scenario: Scenario, config: str, overrides: list[str], out_dir: Path, target: float,
-                 examples: Path, repeats: int = 1) -> ScenarioResult:
+def run_scenario(train: TrainCommand, scenario: Scenario, config: str, overrides: list[str], out_dir: Path,
+                 target: float, examples: Path, repeats: int = 1) -> ScenarioResult:
     measured_at = scenario.target if scenario.target is not None else target
     runs: dict[str, list[ModeReport]] = {v.label: [] for v in scenario.variants}
     run_dirs: dict[str, list[Path]] = {v.label: [] for v in scenario.variants}
@@ -178,7 +182,7 @@ def run_scenario(scenario: Scenario, config: str, overrides: list[str], out_dir:
                              *variant_overrides(scenario, variant, examples)]
             run_dir = out_dir / scenario.name / f"{index}-{variant.mode}-{repeat}"
             started = time.monotonic()
-            code, records, engines = run_variant(config, run_overrides, run_dir)
+            code, records, engines = run_variant(train, config, run_overrides, run_dir)
             report = measure(variant.mode, code, records, measured_at, engines)
             runs[variant.label].append(report)
             run_dirs[variant.label].append(run_dir)

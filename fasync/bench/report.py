@@ -24,6 +24,7 @@ from fasync.bench.modes import (
     LONG_TAIL,
     LongTail,
     ScenarioResult,
+    TrainCommand,
     run_scenario,
     speedups,
     standard_scenario,
@@ -243,7 +244,8 @@ def curves(result: ScenarioResult, directory: Path, links_from: Path | None = No
     return "\n".join(lines)
 
 
-def benchmark(config: str, overrides: list[str], out_dir: Path | None = None, doc: Path | None = None,
+def benchmark(train: TrainCommand, config: str, overrides: list[str], out_dir: Path | None = None,
+              doc: Path | None = None,
               long_tail: LongTail | None = LONG_TAIL, repeats: int = 1, target: float | None = None,
               command: str | None = None, examples: Path | None = None) -> tuple[list[ScenarioResult], dict[str, str]]:
     """Run the scenarios; write the blocks into `doc` when given. Returns the results and the blocks.
@@ -268,11 +270,11 @@ def benchmark(config: str, overrides: list[str], out_dir: Path | None = None, do
                "capacity": parallel_capacity()}
     with tempfile.TemporaryDirectory(prefix="fasync-bench-") as scratch:
         out = out_dir or Path(scratch)
-        results = [run_scenario(standard_scenario(), config, overrides, out, target, examples, repeats)]
+        results = [run_scenario(train, standard_scenario(), config, overrides, out, target, examples, repeats)]
         if long_tail is not None:
             dataset = long_tail.write_dataset(out / "long-tail.jsonl")
             context["shown_data"] = {str(dataset): dataset.name}
-            results.append(run_scenario(long_tail.scenario(dataset), config, overrides, out, target, examples,
+            results.append(run_scenario(train, long_tail.scenario(dataset), config, overrides, out, target, examples,
                                         repeats))
         blocks = render(config, overrides, command or invocation(sys.argv), target, repeats, results, context,
                         examples)

@@ -19,10 +19,11 @@ def run(config: str | None, overrides: Sequence[str], out: str | None, doc: str 
     """Every mode of `config` (default configs/quickstart.yaml); `doc` None leaves the document alone."""
     from fasync.bench.modes import LONG_TAIL
     from fasync.bench.report import benchmark
+    from fasync.commands.train import run as train
     from fasync.errors import ConfigurationError
 
     try:
-        _, blocks = benchmark(config or DEFAULT_CONFIG, overrides, out_dir=Path(out) if out else None,
+        _, blocks = benchmark(train, config or DEFAULT_CONFIG, overrides, out_dir=Path(out) if out else None,
                               doc=Path(doc) if doc is not None else None,
                               long_tail=LONG_TAIL if long_tail else None, repeats=repeats)
     except ConfigurationError as error:

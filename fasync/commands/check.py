@@ -19,9 +19,10 @@ def run(files: Sequence[str], overrides: Sequence[str], select: Sequence[str] | 
     """Lint `files`: 0 clean, 1 problems found, 2 the check could not run (`fasync check --help`)."""
     from fasync.lint.engine import check_files, exit_code
     from fasync.lint.formats import render
+    from fasync.preflight import preflight as check_environment
 
     try:
-        checked = check_files(files, overrides, select, ignore, preflight=preflight)
+        checked = check_files(files, overrides, select, ignore, environment=check_environment if preflight else None)
     except Exception as exc:  # noqa: BLE001 - a bug in fasync must read as "could not run", never as findings
         return usage_error(f"fasync check: internal error, please report it with this config: "
                            f"{type(exc).__name__}: {exc}")

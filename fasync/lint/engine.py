@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +18,12 @@ from fasync.config.problems import INTERNAL_ERROR, PROBLEMS, report
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Code, Diagnostic, Severity
 from fasync.exit_codes import ExitCode
+from fasync.lint.environment import missing_trackers
 from fasync.lint.registry import RULES, Finding, Fix
 from fasync.memory import derive_with_model
-from fasync.preflight import missing_trackers
 
 TRACKERS_MISSING = "E007"
-"""The one environment check every lint runs (fasync/preflight.py): it only looks packages up."""
+"""The one environment check every lint runs (fasync/lint/environment.py): it only looks packages up."""
 
 
 def rules() -> dict[str, Code]:
@@ -122,16 +122,16 @@ class CheckRun:
 
 
 def check_files(files: Sequence[str | Path], overrides: Sequence[str] = (), select: Sequence[str] | None = None,
-                ignore: Sequence[str] | None = None, preflight: bool = False) -> CheckRun:
-    """Lint each file; with `preflight`, also check the live environment against it (fasync/preflight.py)."""
+                ignore: Sequence[str] | None = None,
+                environment: Callable[[LoadResult], list[Diagnostic]] | None = None) -> CheckRun:
+    """Lint each file; with `environment` (`fasync check --preflight` hands in fasync.preflight.preflight), also
+    check the live environment against it."""
     diagnostics: list[Diagnostic] = []
     for file in files:
         result = load_config(file, overrides)
         diagnostics += lint(result, select, ignore)
-        if preflight:
-            from fasync.preflight import preflight as check_environment
-
-            diagnostics += sorted(check_environment(result), key=_position)
+        if environment is not None:
+            diagnostics += sorted(environment(result), key=_position)
     return CheckRun(diagnostics, len(files), sum(not Path(file).is_file() for file in files))
 
 
