@@ -32,7 +32,7 @@ LENGTH_WINDOW = 5
 
 
 def write_model(directory: Path) -> Path:
-    """The tests' tiny Llama (tests/test_hf_model.py), 128 wide with two heads of 64 (a head size vLLM's CPU
+    """The tests' tiny Llama (tests/model/test_hf_model.py), 128 wide with two heads of 64 (a head size vLLM's CPU
     attention supports)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from test_hf_model import write_tiny_llama

@@ -1,6 +1,6 @@
 """What the rules need to know about the rest of fasync, computed without torch, ray or vllm.
 
-Each table states a fact about code elsewhere (named next to it); tests/test_rules.py checks
+Each table states a fact about code elsewhere (named next to it); tests/lint/test_rules.py checks
 that the tables cover every engine, reward and mode the schema allows.
 """
 

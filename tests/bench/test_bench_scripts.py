@@ -1,0 +1,127 @@
+"""bench/learning_quality.py and bench/peer_trl.py: what they count from run directories and processes, and
+that every run they make is a config fasync accepts. Their timings are measurements, never asserted here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from paths import REPO
+
+from fasync.config.derived import derive
+from fasync.config.loader import load_config
+from fasync.lint.engine import run_rules
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+lq = script("learning_quality")
+peer = script("peer_trl")
+vllm_long_tail = script("vllm_long_tail")
+
+
+@pytest.mark.parametrize("task", list(lq.TASKS))
+@pytest.mark.parametrize("correction", list(lq.CORRECTIONS))
+def test_every_cell_is_a_config_without_lint_errors(task, correction):
+    run = lq.Run(task, correction, staleness=8, seed=1)
+    loaded = load_config(REPO / lq.CONFIG, run.overrides(rollouts=50))
+    assert loaded.config is not None, [d.message for d in loaded.diagnostics]
+    cfg = loaded.config
+    assert cfg.mode == "fully_async" and cfg.async_.max_weight_staleness == 8 and cfg.train.seed == 1
+    found, crashed = run_rules(cfg)
+    assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
+    anchor = {"bypass": "behaviour"}.get(correction, "proximal")
+    assert derive(cfg).ratio_anchor == anchor
+
+
+def write_run(directory: Path, rewards: list[float], budget: int, outcome: str = "finished",
+              stop_reason: str = "completed all rollouts", ess: float = 0.9) -> None:
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump({"train": {"num_rollouts": budget}}))
+    records = [{"step": i, "rollout": i, "wall_time": 0.5 * (i + 1), "rollout_reward_mean": reward,
+                "staleness_mean": 2.0, "is/ess_token": ess} for i, reward in enumerate(rewards)]
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (directory / "summary.json").write_text(json.dumps({"outcome": outcome, "stop_reason": stop_reason}))
+
+
+def test_a_cell_counts_complete_runs_and_takes_medians_over_those_that_reached_the_target(tmp_path):
+    runs = [lq.Run("reverse6", "tis", 2, seed) for seed in range(4)]
+    write_run(runs[0].directory(tmp_path), [0.1, 0.9, 0.9, 0.95], budget=10, stop_reason="reached target reward 0.9",
+              ess=0.8)
+    write_run(runs[1].directory(tmp_path), [0.1, 0.5, 0.9, 0.9, 0.9, 0.95], budget=10,
+              stop_reason="reached target reward 0.9", ess=1.0)
+    write_run(runs[2].directory(tmp_path), [0.2] * 10, budget=10)  # the whole budget, never reached
+    write_run(runs[3].directory(tmp_path), [0.2] * 3, budget=10)  # stopped from outside after 3 drains
+    assert [lq.complete(run.directory(tmp_path)) for run in runs] == [True, True, True, False]
+
+    row = dict(zip(lq.HEADER, lq.cell_row(runs, tmp_path)))
+    assert row["reached"] == "2/3"
+    # Seed 0 reaches a 3-drain mean of 0.9 at drain 3 (step 3 of 4, counted from 1 as 4), seed 1 at drain 5.
+    assert row["steps to target (median)"] == pytest.approx((4 + 5) / 2)
+    assert row["time to target (s, median)"] == pytest.approx((2.0 + 2.5) / 2)
+    finals = [(0.9 + 0.9 + 0.95) / 3, (0.9 + 0.9 + 0.95) / 3, 0.2]
+    assert row["final reward (mean)"] == pytest.approx(sum(finals) / 3)
+    assert row["is/ess_token (mean)"] == pytest.approx((4 * 0.8 + 6 * 1.0 + 10 * 0.9) / 20)
+
+
+def test_a_cell_without_a_complete_run_has_no_row(tmp_path):
+    run = lq.Run("sort10", "none", 0, 0)
+    write_run(run.directory(tmp_path), [0.1], budget=10, outcome="failed")
+    assert lq.cell_row([run], tmp_path) is None
+
+
+def test_memory_is_summed_over_the_process_and_its_descendants():
+    child = subprocess.Popen([sys.executable, "-c", "import time; x = b'x' * (64 * 2**20); time.sleep(30)"])
+    try:
+        deadline = 200
+        while deadline and peer.tree_pss(os.getpid())[1].get("python -c", 0) < 60 * 2**20:
+            deadline -= 1
+            subprocess.run(["sleep", "0.05"])
+        total, by_name = peer.tree_pss(os.getpid())
+        alone, _ = peer.tree_pss(child.pid)
+        assert alone >= 64 * 2**20 and total > alone
+        assert sum(by_name.values()) == total
+        assert peer.process_name(child.pid) == "python -c"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_peer_bench_without_trl_says_how_to_install_it():
+    pytest.importorskip("torch")
+    if importlib.util.find_spec("trl") is not None:
+        pytest.skip("trl is installed here")
+    result = subprocess.run([sys.executable, "bench/peer_trl.py", "--no-write"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert "make venv-peer" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async_streams(tmp_path):
+    from fasync.bench.modes import COMMON, variant_overrides
+
+    pytest.importorskip("transformers")
+    bench = vllm_long_tail
+    dataset = bench.LONG_TAIL.write_dataset(tmp_path / "long-tail.jsonl")
+    config = bench.base_config(tmp_path / "base.yaml", bench.write_model(tmp_path / "model"), dataset, 10)
+    scenario = bench.scenario(dataset, 10)
+    for variant in scenario.variants:
+        loaded = load_config(config, [*COMMON, *variant_overrides(scenario, variant, bench.EXAMPLES)])
+        assert loaded.config is not None, [d.message for d in loaded.diagnostics]
+        cfg = loaded.config
+        found, crashed = run_rules(cfg)
+        assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
+        assert cfg.mode == variant.mode and cfg.rollout.engine == "vllm"
+        assert derive(cfg).streams_requests == (variant.mode == "fully_async")

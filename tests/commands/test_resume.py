@@ -1,0 +1,207 @@
+"""Runs that survive a kill (issue 15): `fasync train` SIGKILLed after a checkpoint, resumed with
+`--resume`, reaches the target; `fasync ledger` holds across both processes and no prompt group is trained
+twice; in sync mode the resumed run repeats the uninterrupted one step for step. Checkpoints that are
+partial or corrupt give one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cli_runs import MODES, REPO, fasync, write_config
+
+from fasync.metrics.writer import read_metrics
+
+TARGET = 0.6
+EVERY = 4
+SETTINGS = {"train": {"num_rollouts": 200, "target_reward": TARGET, "seed": 3}, "checkpoint": {"every": EVERY}}
+# fully_async: one token per engine call, so that a checkpoint can find groups part-way through their
+# generation as well as queued.
+SLOW_ROLLOUTER = {"async": {**MODES["fully_async"]["async"], "tokens_per_call": 1}}
+
+
+def config_for(tmp_path: Path, mode: str) -> Path:
+    sections = {**MODES[mode], **SETTINGS, **(SLOW_ROLLOUTER if mode == "fully_async" else {})}
+    return write_config(tmp_path, name=f"{mode}.yaml", mode=mode, **sections)
+
+
+def checkpoints(out: Path) -> list[Path]:
+    return sorted((out / "checkpoints").glob("step-*")) if (out / "checkpoints").is_dir() else []
+
+
+def kill_after_a_checkpoint(config: Path, out: Path, steps_after: int = 2) -> int:
+    """Start `fasync train`, SIGKILL it once a checkpoint exists and `steps_after` more steps were written;
+    returns the step of the newest checkpoint at the kill."""
+    process = subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", str(config), "--run-dir", str(out)],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 240
+    try:
+        while True:
+            assert process.poll() is None, f"the run ended before it was killed:\n{process.stdout.read()}"
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            found = checkpoints(out)
+            steps = len(read_metrics(out / "metrics.jsonl")) if (out / "metrics.jsonl").exists() else 0
+            if found and steps >= int(found[-1].name.split("-")[1]) + steps_after:
+                break
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    finally:
+        # The Ray cluster the killed run started goes too (its own session's processes).
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.stdout.close()
+    assert not (out / "summary.json").exists()
+    return int(checkpoints(out)[-1].name.split("-")[1])
+
+
+def trained_ids(out: Path) -> list[str]:
+    from fasync.atomic import read_jsonl
+
+    return [group for entry in read_jsonl(out / "ledger.jsonl") if entry.get("event") == "trained"
+            for group in entry["ids"]]
+
+
+def check_resumed(out: Path, resumed_at: int, steps_before: int) -> None:
+    """What every resumed run must show: the target reached, steps and versions that run on, one resume marker,
+    the rolled-back rows kept aside, and a ledger that holds across both processes with no group trained twice."""
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["outcome"] == "finished" and summary["stop_reason"] == f"reached target reward {TARGET}"
+    records = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == list(range(len(records)))
+    assert [r["weight_version"] for r in records] == sorted(r["weight_version"] for r in records)
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    markers = [line["resume"] for line in lines if "resume" in line]
+    assert len(markers) == 1 and markers[0]["step"] == resumed_at
+    # The steps the killed process took after its checkpoint were trained again; their rows are kept aside.
+    rolled_back = [json.loads(line) for line in (out / "metrics.jsonl.rolled-back").read_text().splitlines()]
+    assert [r["step"] for r in rolled_back] == list(range(resumed_at, steps_before))
+
+    audit = fasync("ledger", str(out))
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert "processes: 2 (1 resume)" in audit.stdout and "ended cleanly" in audit.stdout
+    ids = trained_ids(out)
+    assert len(ids) == len(set(ids)) and ids
+
+    again = fasync("train", "--resume", str(out))
+    assert again.returncode == 0 and "already finished" in again.stdout
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("mode", ["async", "fully_async"])
+def test_a_killed_run_resumes_reaches_the_target_and_trains_no_group_twice(tmp_path, mode):
+    config, out = config_for(tmp_path, mode), tmp_path / "out"
+    resumed_at = kill_after_a_checkpoint(config, out)
+    steps_before = len(read_metrics(out / "metrics.jsonl"))
+    assert steps_before > resumed_at
+    import torch
+
+    mode_state = torch.load(checkpoints(out)[-1] / "driver.pt", weights_only=False)["mode"]
+    if mode == "fully_async":
+        assert mode_state["rollouter"]["waiting"], "the checkpoint holds no queued group"
+    else:
+        assert mode_state["generated"], "the checkpoint holds no rollout generated ahead of training"
+
+    result = fasync("train", "--resume", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"resuming {out} from step-{resumed_at:08d}" in result.stdout
+    check_resumed(out, resumed_at, steps_before)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_a_killed_and_resumed_sync_run_repeats_the_uninterrupted_run_exactly(tmp_path):
+    config = config_for(tmp_path, "sync")
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    assert fasync("train", str(config), "--run-dir", str(whole)).returncode == 0
+    resumed_at = kill_after_a_checkpoint(config, broken)
+    steps_before = len(read_metrics(broken / "metrics.jsonl"))
+    assert fasync("train", "--resume", str(broken)).returncode == 0
+    check_resumed(broken, resumed_at, steps_before)
+    expected, got = read_metrics(whole / "metrics.jsonl"), read_metrics(broken / "metrics.jsonl")
+    keys = ("step", "rollout", "weight_version", "rollout_reward_mean", "reward_mean", "loss", "pg_loss", "entropy",
+            "grad_norm", "num_tokens")
+    assert [{k: r[k] for k in keys} for r in got] == [{k: r[k] for k in keys} for r in expected]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A short sync run with two checkpoints, for the tests that break them."""
+    tmp_path = tmp_path_factory.mktemp("finished")
+    config = write_config(tmp_path, train={"num_rollouts": 4}, checkpoint={"every": 2, "keep": 5})
+    out = tmp_path / "out"
+    assert fasync("train", str(config), "--run-dir", str(out)).returncode == 0
+    return out
+
+
+def broken_copy(run: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    return out
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize(("damage", "expected"), [
+    (lambda cp: (cp / "meta.json").unlink(), "incomplete (no meta.json"),
+    (lambda cp: (cp / "meta.json").write_text("{not json"), "meta.json is corrupt"),
+    (lambda cp: (cp / "meta.json").write_text('{"format": 99, "step": 4}'), "not a fasync checkpoint of format 1"),
+    (lambda cp: (cp / "driver.pt").unlink(), "driver.pt is missing"),
+    (lambda cp: (cp / "driver.pt").write_bytes(b"garbage"), "driver.pt cannot be read"),
+    (lambda cp: next(cp.glob("trainer/*.distcp")).write_bytes(b"x"), "the trainer state cannot be read"),
+])
+def test_a_partial_or_corrupt_checkpoint_is_one_clear_line(finished_run, tmp_path, damage, expected):
+    out = broken_copy(finished_run, tmp_path)
+    newest = sorted((out / "checkpoints").glob("step-*"))[-1]
+    damage(newest)
+    result = fasync("train", "--resume", str(out), "train.num_rollouts=6",
+                    "--allow-config-change", "train.num_rollouts")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert expected in result.stdout and newest.name in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.ray
+def test_export_writes_safetensors_and_names_a_missing_step(finished_run, tmp_path):
+    from safetensors.torch import load_file
+
+    result = fasync("export", str(finished_run), str(tmp_path / "exported"), "--step", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    weights = load_file(str(tmp_path / "exported" / "model.safetensors"))
+    assert weights and json.loads((tmp_path / "exported" / "fasync_model.json").read_text())["step"] == 2
+    missing = fasync("export", str(finished_run), str(tmp_path / "x"), "--step", "3")
+    assert missing.returncode == 1 and "no checkpoint at step 3 (checkpoints at steps: 2, 4)" in missing.stderr
+
+
+@pytest.mark.ray
+def test_a_changed_config_names_the_keys_and_is_refused_unless_allowed(finished_run, tmp_path):
+    out = broken_copy(finished_run, tmp_path)
+    refused = fasync("train", "--resume", str(out), "train.lr=1e-3", "rollout.temperature=0.9")
+    assert refused.returncode == 1
+    assert "train.lr: 0.005 -> 0.001" in refused.stdout and "rollout.temperature: 1.0 -> 0.9" in refused.stdout
+    assert "--allow-config-change rollout.temperature,train.lr" in refused.stdout
+    finished = fasync("train", "--resume", str(out))
+    assert finished.returncode == 0 and "already finished" in finished.stdout
+
+
+def test_the_ledger_audit_fails_on_a_group_trained_twice(tmp_path):
+    entries = [{"event": "produced", "ids": ["0.0", "1.0"]}, {"event": "queued", "ids": ["0.0", "1.0"]},
+               {"event": "trained", "ids": ["0.0"], "lengths": [2]}, {"event": "checkpoint", "draws": 2},
+               {"event": "resume"}, {"event": "trained", "ids": ["0.0", "1.0"], "lengths": [2, 3]},
+               {"event": "end", "draws": 3}]
+    (tmp_path / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    result = fasync("ledger", str(tmp_path))
+    assert result.returncode == 1
+    assert "group 0.0 trained twice" in result.stdout
+    assert "prompt(s) the data cursor handed out have no group: draws 2" in result.stdout
+    assert fasync("ledger", str(tmp_path / "none")).returncode == 2

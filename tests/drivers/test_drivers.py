@@ -1,0 +1,263 @@
+"""The three drivers end to end on the shared Ray session, with the embedded tiny model.
+
+Generation delays are injected with an engine actor that sleeps a random time
+before each call, so that the async drivers see out-of-order, uneven progress.
+A trainer actor that sleeps before each train call keeps generation ahead of
+training, so that the async drivers run as far ahead as the staleness bound lets
+them and the worst policy lag (`Derived.max_lag`) is reached, not only respected.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+from driver_runs import run_mode, start_run
+from sections import tiny_config
+
+from fasync.config.schema import FasyncConfig
+
+pytestmark = pytest.mark.ray
+
+def delayed_engines(cfg: FasyncConfig, max_delay_s: float, seed: int):
+    import ray
+
+    from fasync.launch.actors import EngineActor
+
+    @ray.remote(concurrency_groups={"control": 1})
+    class DelayedEngine(EngineActor.__ray_actor_class__):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            self.rng = random.Random(seed)
+
+        def generate(self, requests, params, token_budget=None):
+            time.sleep(self.rng.uniform(0.0, max_delay_s))
+            return super().generate(requests, params, token_budget)
+
+    return [DelayedEngine.options(num_cpus=0).remote(cfg) for _ in range(cfg.resources.num_rollout_engines)]
+
+
+def slow_trainer(monkeypatch, delay_s: float) -> None:
+    """Every trainer actor the run starts sleeps `delay_s` before each train call."""
+    import ray
+
+    from fasync.launch import actors
+
+    class SlowTrainer(actors.TrainerActor.__ray_actor_class__):
+        def train_rollout(self, samples, current_version):
+            time.sleep(delay_s)
+            return super().train_rollout(samples, current_version)
+
+    monkeypatch.setattr(actors, "TrainerActor", ray.remote(SlowTrainer))
+
+
+
+def assert_rows_match_the_registry(driver) -> None:
+    """Every row holds each metric the registry says the mode always writes (the writer refuses the rest)."""
+    from fasync.metrics.registry import METRICS
+
+    always = {name for name, metric in METRICS.items() if driver.mode in metric.modes and metric.when is None}
+    for row in driver.run.writer.history:
+        assert always <= row.keys(), always - row.keys()
+
+
+def assert_lag_reaches_the_bound(driver) -> None:
+    """The policy lag, in optimizer steps, never exceeds the derived worst case and reaches it."""
+    bound = driver.run.derived.max_lag.steps
+    lags = [record["policy_lag_max"] for record in driver.run.writer.history]
+    assert max(lags) == bound, (lags, bound)
+
+
+def assert_ledger_balanced(driver) -> None:
+    assert_rows_match_the_registry(driver)
+    ledger = driver.ledger
+    assert ledger.balanced, ledger.balance_sheet()
+    assert ledger.consumed > 0
+    assert all(record["ledger_balanced"] for record in driver.run.writer.history)
+
+
+def test_sync_trains_on_policy_and_accounts_for_every_sample(ray_session, tmp_path):
+    cfg = tiny_config(train={"global_batch_size": 12, "micro_batch_size": 4, "num_rollouts": 6})
+    driver = run_mode(cfg, tmp_path)
+    history = driver.run.writer.history
+    assert len(history) == cfg.train.num_rollouts  # 16 samples // 12 = one step per rollout
+    assert all(r["staleness_max"] == 0 for r in history)
+    assert [r["weight_version"] for r in history] == list(range(cfg.train.num_rollouts))
+    assert driver.ledger.dropped["trimmed"] == 4 * cfg.train.num_rollouts
+    assert_lag_reaches_the_bound(driver)  # 0: every step's samples come from its own weights
+    assert_ledger_balanced(driver)
+    for key in ("step", "rollout", "weight_version", "reward_mean", "loss", "kl", "entropy", "clip_fraction",
+                "grad_norm", "tokens_per_s", "wall_time", "generate_time_s", "train_time_s",
+                "weight_sync_time_s"):
+        assert key in history[0], key
+
+
+def test_sync_lag_spans_the_steps_of_a_rollout(ray_session, tmp_path):
+    cfg = tiny_config(train={"num_rollouts": 2})  # 16 samples, 8 a step: the second step lags one
+    driver = run_mode(cfg, tmp_path)
+    assert [r["policy_lag_max"] for r in driver.run.writer.history] == [0, 1, 0, 1]
+    assert_lag_reaches_the_bound(driver)
+
+
+# Bounds, (s + 1) × I × N − 1 with N = 2 steps per rollout: 3, 5 and 7 optimizer steps.
+@pytest.mark.parametrize("staleness, interval", [(1, 1), (2, 1), (1, 2)])
+def test_async_never_trains_beyond_the_bound(ray_session, tmp_path, monkeypatch, staleness, interval):
+    slow_trainer(monkeypatch, 0.5)
+    cfg = tiny_config(mode="async", train={"num_rollouts": 6},
+                      **{"async": {"max_weight_staleness": staleness, "update_weights_interval": interval}})
+    driver = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.05, seed=staleness))
+    history = driver.run.writer.history
+    assert max(r["staleness_max"] for r in history) == staleness
+    assert_lag_reaches_the_bound(driver)
+    assert_ledger_balanced(driver)
+
+
+# Bounds with N = 2 steps per drain: 3 optimizer steps, 7 with a sync every second drain.
+@pytest.mark.parametrize("partial, engines, stale_policy, tokens_per_call, interval", [
+    (False, 1, "drop", None, 1), (True, 1, "drop", None, 1), (False, 2, "regenerate", None, 1),
+    (True, 2, "drop", 1, 1), (False, 1, "drop", None, 2)])
+def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, monkeypatch, partial, engines,
+                                                     stale_policy, tokens_per_call, interval):
+    slow_trainer(monkeypatch, 0.5)
+    # Two engines finish groups out of admission order, so some can arrive staler than admission planned.
+    cfg = tiny_config(
+        mode="fully_async",
+        train={"num_rollouts": 8},
+        rollout={"max_new_tokens": 4},
+        resources={"num_rollout_engines": engines},
+        **{"async": {"max_weight_staleness": 1, "partial_rollout": partial, "max_concurrent_samples": 8,
+                     "stale_policy": stale_policy, "tokens_per_call": tokens_per_call,
+                     "update_weights_interval": interval}},
+    )
+    driver = run_mode(cfg, tmp_path, delayed_engines(cfg, 0.08, seed=7))
+    history = driver.run.writer.history
+    assert len({r["rollout"] for r in history}) == cfg.train.num_rollouts
+    assert max(r["staleness_max"] for r in history) == 1
+    assert_lag_reaches_the_bound(driver)
+    for key in ("queue_size", "trainer_wait_s", "rollouter_pause_s", "version_diversity", "partial_ratio",
+                "max_partial_span", "dropped_stale"):
+        assert key in history[-1], key
+    assert_ledger_balanced(driver)
+
+
+def test_a_dead_engine_fails_the_run_quickly(ray_session, tmp_path):
+    import ray
+
+    from fasync.drivers import DRIVERS
+
+    cfg = tiny_config(mode="fully_async", train={"num_rollouts": 1000})
+    run = start_run(cfg, tmp_path)
+    threading.Timer(2.0, lambda: ray.kill(run.engines[0])).start()
+
+    started = time.monotonic()
+    with pytest.raises(Exception) as failure:
+        DRIVERS["fully_async"](run).train()
+    assert time.monotonic() - started < 30
+    assert "actor" in str(failure.value).lower() or "died" in str(failure.value).lower()
+    run.close()
+
+
+def test_a_dead_trainer_fails_the_async_run_quickly(ray_session, tmp_path):
+    import ray
+
+    from fasync.drivers import DRIVERS
+    from fasync.errors import ActorFailed
+
+    cfg = tiny_config(mode="async", train={"num_rollouts": 1000})
+    run = start_run(cfg, tmp_path)
+    threading.Timer(2.0, lambda: ray.kill(run.trainer.ranks[0])).start()
+
+    started = time.monotonic()
+    with pytest.raises(ActorFailed, match="trainer rank 0 died"):
+        DRIVERS["async"](run).train()
+    assert time.monotonic() - started < 30
+    run.close()
+
+
+def test_a_dead_rollouter_fails_the_run_quickly(ray_session, tmp_path):
+    import ray
+
+    from fasync.drivers import DRIVERS
+
+    cfg = tiny_config(mode="fully_async", train={"num_rollouts": 1000})
+    run = start_run(cfg, tmp_path)
+    driver = DRIVERS["fully_async"](run)
+    threading.Timer(2.0, lambda: ray.kill(driver.rollouter)).start()
+    began = time.monotonic()
+    with pytest.raises(Exception) as failure:
+        driver.train()
+    run.close()
+    assert time.monotonic() - began < 30
+    assert "actor" in str(failure.value).lower() or "rollouter" in str(failure.value).lower()
+
+
+def recording_engines(cfg: FasyncConfig, log):
+    """Real engine actors that append each generate call, weight load, sleep and wake-up to `log`, waiting
+    until it is appended, so that the log holds them in the order they happened."""
+    import ray
+
+    from fasync.launch.actors import EngineActor
+
+    @ray.remote(concurrency_groups={"control": 2})
+    class RecordingEngine(EngineActor.__ray_actor_class__):
+        def __init__(self, cfg, log):
+            super().__init__(cfg)
+            self.log = log
+
+        def generate(self, requests, params, token_budget=None):
+            ray.get(self.log.append.remote("generate"))
+            return super().generate(requests, params, token_budget)
+
+        def load_weights(self, weights, version):
+            ray.get(self.log.append.remote(f"load {version}"))
+            return super().load_weights(weights, version)
+
+        def sleep(self):
+            ray.get(self.log.append.remote("sleep"))
+            super().sleep()
+
+        def wake_up(self, tags=None):
+            ray.get(self.log.append.remote(f"wake {' '.join(tags)}"))
+            super().wake_up(tags)
+
+    return [RecordingEngine.options(num_cpus=0).remote(cfg, log) for _ in range(cfg.resources.num_rollout_engines)]
+
+
+@pytest.mark.parametrize(("mode", "colocate"), [("sync", True), ("sync", False), ("async", True)])
+def test_colocated_sync_engines_sleep_while_the_trainer_trains(ray_session, tmp_path, monkeypatch, mode, colocate):
+    import ray
+
+    from fasync.launch import actors
+
+    @ray.remote(num_cpus=0)
+    class Log:
+        def __init__(self):
+            self.entries = []
+
+        def append(self, entry):
+            self.entries.append(entry)
+
+        def read(self):
+            return self.entries
+
+    log = Log.remote()
+
+    class LoggingTrainer(actors.TrainerActor.__ray_actor_class__):
+        def train_rollout(self, samples, current_version):
+            ray.get(log.append.remote("train"))
+            return super().train_rollout(samples, current_version)
+
+    monkeypatch.setattr(actors, "TrainerActor", ray.remote(LoggingTrainer))
+    cfg = tiny_config(mode=mode, resources={"colocate": colocate}, train={"num_rollouts": 2})
+    run_mode(cfg, tmp_path, recording_engines(cfg, log))
+    entries = ray.get(log.read.remote())
+    if mode == "sync" and colocate:
+        # Training gets the engine's memory; the push lands in woken weights; generation gets its KV cache back.
+        rollout = ["generate", "sleep", "train", "wake weights", "load {}", "wake kv_cache"]
+        assert entries == ["load 0"] + [entry.format(v) for v in (1, 2) for entry in rollout]
+    else:
+        # Engines of their own, or an async run that generates while it trains: awake throughout.
+        assert [entry for entry in entries if entry.startswith(("sleep", "wake"))] == []
+        assert entries.count("train") == 2 and entries[0] == "load 0"

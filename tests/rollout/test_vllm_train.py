@@ -1,0 +1,165 @@
+"""`fasync train` end to end with `rollout.engine: vllm` on vLLM's CPU build (`make test-vllm`), as a user runs
+it: the CLI in a process of its own, with its own Ray cluster. Skipped where vllm is not installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from paths import REPO
+from tiny_models import skip_unless_vllm_cpu, write_vllm_llama
+
+pytest.importorskip("vllm")
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+ROLLOUTS = 6
+MODES = {
+    "sync": {},
+    "async": {"async": {"max_weight_staleness": 1}, "correction": {"level": "token"}},
+    "fully_async": {"async": {"max_weight_staleness": 2, "partial_rollout": True}, "correction": {"level": "token"}},
+}
+# A reward the tiny Llama learns within a few rollouts: about one token in five of its vocabulary is a digit.
+REWARD = """
+def digit_first(completion, label):
+    return float(completion[:1].isdigit())
+"""
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    skip_unless_vllm_cpu()
+    directory = tmp_path_factory.mktemp("tiny-llama-train")
+    write_vllm_llama(directory)
+    return directory
+
+
+def write_run(directory: Path, model_dir: Path, mode: str, rollouts: int = ROLLOUTS) -> Path:
+    (directory / "my_reward.py").write_text(textwrap.dedent(REWARD))
+    config = {
+        "mode": mode,
+        "model": {"path": str(model_dir)},
+        "data": {"task": "copy", "length": 1},
+        "reward": {"function": "my_reward:digit_first"},
+        "rollout": {"engine": "vllm", "batch_size": 8, "n_samples_per_prompt": 8, "max_new_tokens": 2},
+        "train": {"global_batch_size": 64, "micro_batch_size": 64, "num_rollouts": rollouts, "lr": 3e-2},
+        "logging": {"progress": "none"},
+        **MODES[mode],
+    }
+    path = directory / "run.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def start_train(directory: Path, config: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(directory)])}
+    # Output to a file (a pipe nobody reads while the other runs go on would fill and block the run), and a
+    # session of its own: whatever happens to the test, the run and the Ray cluster it started can be ended.
+    with open(directory / "output.txt", "w") as output:
+        return subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", str(config), "--run-dir",
+                                 str(directory / "out")], cwd=directory, env=env, stdout=output,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def finish(process: subprocess.Popen, directory: Path, timeout: float) -> str:
+    """The run's output once it exits; past `timeout` it is stopped (its whole process group) and the test fails."""
+    try:
+        process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return (directory / "output.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def runs(model_dir, tmp_path_factory):
+    """Every run of this module started at once, each with its own Ray cluster and vLLM engine: most of a run
+    is starting up, and the runs overlap it. `kill` trains long enough to have its engine killed."""
+    started = {}
+    for name, mode, rollouts in [*((mode, mode, ROLLOUTS) for mode in MODES), ("kill", "sync", 1000)]:
+        directory = tmp_path_factory.mktemp(name)
+        started[name] = (directory, start_train(directory, write_run(directory, model_dir, mode, rollouts)))
+    yield started
+    for _, process in started.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("mode", MODES)
+def test_each_mode_learns_with_the_vllm_engine(runs, mode):
+    directory, process = runs[mode]
+    output = finish(process, directory, timeout=1100)
+    assert process.returncode == 0, output[-4000:]
+    records = [json.loads(line) for line in (directory / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == ROLLOUTS
+    rewards = [r["reward_mean"] for r in records]
+    assert sum(rewards[-2:]) / 2 > rewards[0] + 0.3, rewards
+    assert all(r["ledger_balanced"] for r in records)
+    summary = json.loads((directory / "out" / "summary.json").read_text())
+    assert summary["outcome"] == "finished" and summary["optimizer_steps"] == ROLLOUTS
+    ledger = summary["ledger"]
+    assert ledger["produced"] == ledger["consumed"] + sum(ledger["dropped"].values()) + ledger["queued"] + \
+        ledger["in_flight"]
+    if mode == "sync":
+        # The engine samples from the weights the trainer holds: behaviour and training policies agree up to
+        # the two implementations' rounding (test_vllm_engine.TOLERANCE, 1e-4 per logprob), and k3 ≈ gap²/2.
+        assert all(abs(r["is/kl_k3"]) < 1e-4 for r in records), [r["is/kl_k3"] for r in records]
+        assert [r["weight_version"] for r in records] == list(range(ROLLOUTS))
+
+
+def engine_pids(root: int) -> list[int]:
+    """The engine actors' processes among `root`'s descendants (the run's own Ray cluster starts under it, and
+    Ray names each worker process after its actor): never another run's."""
+    children: dict[int, list[int]] = {}
+    titles: dict[int, bytes] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                titles[int(entry.name)] = (entry / "cmdline").read_bytes()
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            if titles.get(child, b"").startswith(b"ray::EngineActor"):
+                found.append(child)
+    return found
+
+
+@pytest.mark.timeout(1200)
+def test_an_engine_killed_mid_run_fails_the_run_within_seconds(runs):
+    directory, process = runs["kill"]
+    metrics = directory / "out" / "metrics.jsonl"
+    deadline = time.monotonic() + 1000
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
+        if process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail("the run never reached its first step:\n" + finish(process, directory, timeout=0)[-4000:])
+        time.sleep(0.5)
+    pids = engine_pids(process.pid)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    killed = time.monotonic()
+    # The failure is reported when the driver sees the engine's death; stopping the actors and the Ray
+    # cluster after that takes seconds more on a busy machine.
+    while "the run failed" not in (directory / "output.txt").read_text() and time.monotonic() - killed < 120:
+        time.sleep(0.2)
+    noticed = time.monotonic() - killed
+    output = finish(process, directory, timeout=120)
+    assert process.returncode != 0, output[-4000:]
+    assert noticed < 20, noticed
+    summary = json.loads((directory / "out" / "summary.json").read_text())
+    assert summary["outcome"] == "failed" and summary["optimizer_steps"] < 1000
+    assert "the run failed" in output
