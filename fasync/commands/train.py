@@ -14,16 +14,18 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import yaml
 
 from fasync.atomic import RunFileError, write_atomic, write_json_atomic
+from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Severity
 from fasync.exit_codes import ExitCode
 from fasync.launch import rundir
 from fasync.launch.plan import Resolved, ResourcePlan, resolve
+from fasync.memory import ModelDims, derive_with_model
 
 
 def _echo(text: str = "") -> None:
@@ -36,10 +38,10 @@ def run(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | N
     newest checkpoint (`config_path` is then optional: the run's own config.yaml)."""
     if resume is not None:
         return resume_run(Path(resume).expanduser().resolve(), config_path, overrides, allow_config_change)
-    cfg, raw, failed = load_and_lint(config_path, overrides)
+    cfg, raw, model, failed = load_and_lint(config_path, overrides)
     if failed is not None:
         return failed
-    resolved = resolve(cfg)
+    resolved = resolve(cfg, model)
     if dry_run:
         _echo(resolved.plan.summary())
         return ExitCode.OK
@@ -57,23 +59,33 @@ def run(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | N
     return _holding_lock(lambda: rundir.prepare_new(directory, config_dir, _echo), start, refused=ExitCode.FAILED)
 
 
-def load_and_lint(path: str, overrides: Sequence[str]) -> tuple[FasyncConfig | None, dict | None, int | None]:
-    """Load and lint; returns (config, the resolved dict written as the run's config.yaml, exit code or None to
-    go on)."""
+class Linted(NamedTuple):
+    config: FasyncConfig | None
+    raw: dict | None
+    """The resolved dict written as the run's config.yaml."""
+    model: tuple[ModelDims | None, Derived] | None
+    """The model's dimensions and the config derived with them: derived once, for the lint and the run."""
+    failed: int | None
+    """The exit code when the run must not go on."""
+
+
+def load_and_lint(path: str, overrides: Sequence[str]) -> Linted:
+    """Load, derive and lint."""
     from fasync.config.loader import load_config
     from fasync.lint.engine import lint
     from fasync.lint.formats import render
 
     loaded = load_config(path, overrides)
-    diagnostics = lint(loaded) if loaded.config is not None else loaded.diagnostics
+    model = derive_with_model(loaded.config) if loaded.config is not None else None
+    diagnostics = lint(loaded, derived=model[1]) if model is not None else loaded.diagnostics
     if diagnostics:
         _echo(render(diagnostics, "text", summary=False))
     if loaded.config is None:
-        return None, None, ExitCode.FAILED if Path(path).is_file() else ExitCode.USAGE
+        return Linted(None, None, None, ExitCode.FAILED if Path(path).is_file() else ExitCode.USAGE)
     if any(d.severity is Severity.ERROR for d in diagnostics):
         _echo("fasync train: the config has errors; nothing was started.")
-        return None, None, ExitCode.FAILED
-    return loaded.config, loaded.raw, None
+        return Linted(None, None, None, ExitCode.FAILED)
+    return Linted(loaded.config, loaded.raw, model, None)
 
 
 def build_data(resolved: Resolved, config_dir: Path):
@@ -120,7 +132,7 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         saved_config = directory / "config.yaml"
         if config_path is None:
             _work_where_started(directory)
-        cfg, raw, failed = load_and_lint(config_path or str(saved_config), overrides)
+        cfg, raw, model, failed = load_and_lint(config_path or str(saved_config), overrides)
         if failed is not None:
             return failed
         changes, failed = _allowed_changes(saved_config, cfg, allowed)
@@ -132,7 +144,7 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         from fasync.checkpoint.state import load_driver_state
 
         state = load_driver_state(found)  # a corrupt driver.pt fails here, before Ray starts
-        resolved = resolve(cfg)
+        resolved = resolve(cfg, model)
         # Without a config, the reward is looked for beside the config the run started from.
         started_from = Path(config_path).parent if config_path else rundir.recorded_dir(directory, "config_dir")
         factory = build_data(resolved, started_from or directory)
@@ -174,7 +186,7 @@ def _allowed_changes(saved_config: Path, cfg: FasyncConfig, allowed: Sequence[st
                      ) -> tuple[dict[str, tuple], int | None]:
     """The config's changes from the run's own, or the exit code when that no longer loads or a change is not
     in `allowed`."""
-    saved, _, failed = load_and_lint(str(saved_config), ())
+    saved, _, _, failed = load_and_lint(str(saved_config), ())
     if failed is not None:
         _echo(f"fasync train: {saved_config}: the run's own config no longer loads")
         return {}, failed

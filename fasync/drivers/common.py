@@ -31,9 +31,9 @@ class Run:
     every driver works through: the weight versions (`weights`), the step records (`records`, written by `log`),
     the stop criteria (`stops`), the ledger's journal and the checkpoints.
 
-    Building a `Run` starts and opens nothing; `start` opens the run's files, starts the actors, takes up the checkpoint the run resumes from
-    (`resume`, whose driver.pt `resume_state` the caller has read before any actor started) and starts pushing
-    the trainer's weights; the driver then runs it, and `close` ends what it started. The sample ledger is the
+    Building a `Run` starts and opens nothing; `start` opens the run's files, starts the actors, takes up the
+    checkpoint the run resumes from (`resume`, whose driver.pt `resume_state` the caller has read before any actor
+    started) and starts pushing the trainer's weights; the driver then runs it, and `close` ends what it started. The sample ledger is the
     driver's (`Driver.ledger`): it lives where the samples are."""
 
     def __init__(self, resolved: Resolved, factory: GroupFactory, run_dir: Path, progress: Progress,
@@ -42,8 +42,6 @@ class Run:
         self.resolved = resolved
         """The config with what follows from it (fasync.launch.plan.resolve), which the actors are given too."""
         self.cfg = cfg = resolved.config
-        self.derived = resolved.derived
-        self.plan = resolved.plan
         self.factory = factory
         self.run_dir = run_dir
         self.progress = progress
@@ -76,13 +74,13 @@ class Run:
             cfg.logging, self.run_dir, cfg.model_dump(mode="json", by_alias=True)))
         self.journal = Journal(self.run_dir)
         self.log = StepLog(self.writer, self.progress, cfg.train.max_bad_steps)
-        self.placement = Placement(self.plan)
+        self.placement = Placement(self.resolved.plan)
         if self._owns_engines:
-            self.engines = start_engines(cfg, self.plan, self.placement)
+            self.engines = start_engines(cfg, self.resolved.plan, self.placement)
         self.trainer = TrainerGroup(self.resolved, self.placement, wait=self.watchdog.get)
         self.watchdog.name_actors(self.engines, [f"engine {index}" for index in range(len(self.engines))])
         self.watchdog.name_actors(self.trainer.ranks, [f"trainer rank {rank}" for rank in range(len(self.trainer.ranks))])
-        self.checkpoints = RunCheckpoints(cfg, self.derived.train_strategy, self.run_dir, self.trainer, self.engines,
+        self.checkpoints = RunCheckpoints(cfg, self.resolved.derived.train_strategy, self.run_dir, self.trainer, self.engines,
                                           self.factory, self.writer, self.journal)
         self.weights = WeightSync(transport_of(cfg), self.engines, self.trainer, self.watchdog.get)
         state = self.resumed
@@ -93,7 +91,7 @@ class Run:
             self.weights.clock.load_state_dict(state.clock)
             self.records.recent_rewards.extend(state.recent_rewards)
             self.log.signal = state.signal
-        self.weights.start(self.plan)
+        self.weights.start(self.resolved.plan)
 
     def wait_until_ready(self) -> None:
         """Block until the engines and the trainer have started and the engines hold the first version; raises

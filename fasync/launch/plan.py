@@ -232,8 +232,8 @@ class Resolved:
     plan: ResourcePlan
 
 
-def resolve(cfg: FasyncConfig) -> Resolved:
+def resolve(cfg: FasyncConfig, model: tuple[ModelDims | None, Derived] | None = None) -> Resolved:
     """Read the model's dimensions, derive the config with them (`train.strategy`'s default follows from the
-    model's size) and plan the actors."""
-    dims, derived = derive_with_model(cfg)
+    model's size) and plan the actors; `model`: what `derive_with_model(cfg)` gave, where the caller has it."""
+    dims, derived = model if model is not None else derive_with_model(cfg)
     return Resolved(cfg, derived, dims, plan_resources(cfg, derived, dims))

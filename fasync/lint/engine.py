@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fasync.config.derived import Derived
 from fasync.config.loader import LoadResult, load_config
 from fasync.config.problems import INTERNAL_ERROR, PROBLEMS, report
 from fasync.config.schema import FasyncConfig
@@ -41,16 +42,17 @@ def matches(code: str, patterns: Sequence[str]) -> bool:
     return any(p == "ALL" or code.startswith(p) for p in patterns)
 
 
-def lint(result: LoadResult, select: Sequence[str] | None = None,
-         ignore: Sequence[str] | None = None) -> list[Diagnostic]:
+def lint(result: LoadResult, select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
+         derived: Derived | None = None) -> list[Diagnostic]:
     """The load diagnostics plus those of every selected rule and of E007 (a requested tracker that is not
     installed), ordered by file and position. A config that did not load as written is linted as far as it did
-    load (`LoadResult.partial`)."""
+    load (`LoadResult.partial`). `derived`: the loaded config's derived quantities where the caller has them
+    (`fasync train` derives once for the lint and the run)."""
     found = list(result.diagnostics)
     config = result.config or result.partial
     if config is not None:
         ignored = list(ignore or ()) + list(config.lint.ignore)
-        found += _rule_diagnostics(result, config, select, ignored)
+        found += _rule_diagnostics(result, config, select, ignored, derived if result.config is not None else None)
         if (not select or matches(TRACKERS_MISSING, select)) and not matches(TRACKERS_MISSING, ignored):
             found += missing_trackers(result)
     return sorted(found, key=_position)
@@ -67,8 +69,8 @@ def _assumptions(result: LoadResult, finding: Finding) -> str:
 
 
 def _rule_diagnostics(result: LoadResult, config: FasyncConfig, select: Sequence[str] | None,
-                      ignore: Sequence[str]) -> list[Diagnostic]:
-    found, crashed = run_rules(config, select, ignore)
+                      ignore: Sequence[str], derived: Derived | None) -> list[Diagnostic]:
+    found, crashed = run_rules(config, select, ignore, derived)
     out = [report(INTERNAL_ERROR, f"rule {rule.code} ({rule.name}) crashed: {type(exc).__name__}: {exc}",
                   result.provenance.origin(()), "this is a bug in fasync; please report it with this config")
            for rule, exc in crashed]
@@ -80,10 +82,12 @@ def _rule_diagnostics(result: LoadResult, config: FasyncConfig, select: Sequence
     return out
 
 
-def run_rules(config: FasyncConfig, select: Sequence[str] | None = None, ignore: Sequence[str] = ()
-              ) -> tuple[list[tuple[Code, Finding]], list[tuple[Code, Exception]]]:
-    """Every selected rule's findings on a validated config, and the rules that crashed."""
-    _, derived = derive_with_model(config)
+def run_rules(config: FasyncConfig, select: Sequence[str] | None = None, ignore: Sequence[str] = (),
+              derived: Derived | None = None) -> tuple[list[tuple[Code, Finding]], list[tuple[Code, Exception]]]:
+    """Every selected rule's findings on a validated config (derived here unless given), and the rules that
+    crashed."""
+    if derived is None:
+        _, derived = derive_with_model(config)
     found, crashed = [], []
     for rule in rules().values():
         if (select and not matches(rule.code, select)) or matches(rule.code, ignore):

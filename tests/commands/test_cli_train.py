@@ -224,3 +224,15 @@ def test_a_nan_reward_in_an_actor_is_one_message_naming_function_prompt_and_valu
     assert re.search(r"fasync train: the run failed: reward.function: nan_reward:nan returned nan \(float\) for "
                      r"prompt \d+ \(task reverse \(length 2\)\)", result.stdout), result.stdout
     assert "Traceback" not in result.stdout + result.stderr and 'File "' not in result.stdout
+
+
+def test_the_train_command_derives_the_config_once_for_the_lint_the_plan_and_the_run(tmp_path, monkeypatch):
+    """Resolve once: the lint, the plan and everything the run builds take the one derivation."""
+    import fasync.memory
+    from fasync.commands.train import run as train
+
+    calls = []
+    derive = fasync.memory.derive
+    monkeypatch.setattr(fasync.memory, "derive", lambda *args: calls.append(args) or derive(*args))
+    assert train(str(write_config(tmp_path)), dry_run=True) == 0
+    assert len(calls) == 1

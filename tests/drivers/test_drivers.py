@@ -65,7 +65,7 @@ def assert_rows_match_the_registry(driver) -> None:
 
 def assert_lag_reaches_the_bound(driver) -> None:
     """The policy lag, in optimizer steps, never exceeds the derived worst case and reaches it."""
-    bound = driver.run.derived.max_lag.steps
+    bound = driver.run.resolved.derived.max_lag.steps
     lags = [record["policy_lag_max"] for record in driver.run.writer.history]
     assert max(lags) == bound, (lags, bound)
 
