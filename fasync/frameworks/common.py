@@ -73,6 +73,11 @@ class Framework:
 
 # --- importing -------------------------------------------------------------------------------------------
 
+class ImportFailure(Exception):
+    """`fasync import` cannot write a faithful config: a SOURCE it cannot read, a setting fasync does not
+    support, or nothing it recognises. The message is one line, fit to print as is (exit 1)."""
+
+
 @dataclass
 class Source:
     """A framework's settings, by the table's spelling of each key, with where each came from."""
@@ -82,7 +87,11 @@ class Source:
     written: dict[str, str] = field(default_factory=dict)
     """Table key → the key as written (`--rollout-batch-size`, `actor_rollout_ref.rollout.n`)."""
     script: str = ""
-    """The Python entry point a launch script runs (slime's train_async.py), if any."""
+    """The Python entry point a launch script runs (slime's train_async.py, verl.trainer.main_ppo), if any."""
+    unresolved: dict[str, list[str]] = field(default_factory=dict)
+    """Key as written → the unknown variables or command outputs its value depends on."""
+    notes: list[str] = field(default_factory=list)
+    """What reading the source decided (the branch of an if), for the reader."""
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
