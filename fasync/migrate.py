@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from fasync import shell
+from fasync import python_launcher, shell
 from fasync.config.fields import flatten
 from fasync.diagnostics import show_value
 from fasync.frameworks import FRAMEWORKS, normalize, row_for
@@ -148,7 +148,10 @@ def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[
         return _resolve_references(flatten(data))
     if path.suffix == ".py" or "GRPOConfig(" in text:
         try:
-            return _grpo_config_keywords(text)
+            if source.framework.id == "trl":
+                return _grpo_config_keywords(text)
+            words, source.script = python_launcher.command_line(text)
+            return _words_to_settings(words, source.framework.hydra)
         except SyntaxError as error:
             raise ImportFailure(f"{path}:{error.lineno}: not valid Python ({error.msg})") from None
     script = shell.evaluate(text, environment)
@@ -180,6 +183,7 @@ def translate(source: Source) -> Imported:
     framework = source.framework
     converted = framework.import_into(source, out)
     by_hand = []
+    from_pairs: set[str] = set()
     for key, value in source.values.items():
         row = row_for(framework.id, key)
         written = source.written.get(key, key)
@@ -189,8 +193,12 @@ def translate(source: Source) -> Imported:
             out.unmapped.append((written, value, row.note if row else "not in fasync's table"))
         elif row.kind == SAME:
             for target in row.targets:
-                if target not in out.values:
+                # A row naming one key (eps_clip_high) is more specific than one naming a pair (eps_clip).
+                if target not in out.values or (len(row.targets) == 1 and target in from_pairs):
                     out.set(target, value, f"{framework.display} {written}: {show_value(value)}")
+                    from_pairs.discard(target)
+                    if len(row.targets) > 1:
+                        from_pairs.add(target)
         elif row.kind == CONVERTED:
             by_hand.append((key, written, value, row.note))
     # Last: the interval's conversion needs the geometry every other key has set.
@@ -207,7 +215,13 @@ def _checkpoint_interval(source: Source, out: Imported) -> set[str]:
     steps = _steps_per_rollout(out) if key is not None else None
     if steps is None:
         return set()
-    every = source.get(key) * steps
+    interval = source.get(key)
+    if not isinstance(interval, int):
+        return set()
+    if interval <= 0:
+        out.set("checkpoint.every", 0, f"{source.cite(key)}: never")
+        return {key}
+    every = interval * steps
     out.set("checkpoint.every", every, f"{source.cite(key)} rollouts × {steps} optimizer "
             f"step{'s' * (steps != 1)} per rollout = {every} optimizer steps")
     return {key}

@@ -312,6 +312,9 @@ def _parameter(script: Script, inner: str) -> str | list[str]:
         return f"{UNKNOWN}${{{inner}}}{UNKNOWN}"
     length, name, _, index, rest = match.groups()
     value = _value(script, name)
+    if index in ("@", "*") and value is None:  # an array the script does not define (a sourced file's)
+        script.unknown.setdefault(name, "not set by the script")
+        return []
     if index is not None and value is not None:
         elements = value if isinstance(value, list) else [value]
         if index in ("@", "*"):
