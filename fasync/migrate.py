@@ -201,6 +201,13 @@ def translate(source: Source) -> Imported:
                         from_pairs.add(target)
         elif row.kind == CONVERTED:
             by_hand.append((key, written, value, row.note))
+    model_unresolved = any("model.path" in getattr(row_for(framework.id, key), "targets", ())
+                           for key in source.unresolved)
+    if out.values.get("rollout.engine", (None,))[0] == "vllm" and "model.path" not in out.values \
+            and not model_unresolved:
+        engine_why = out.values.pop("rollout.engine")[1]
+        out.unmapped.append(("rollout.engine", "vllm", f"{engine_why}; vLLM loads a Hugging Face model: set "
+                             "model.path, then rollout.engine: vllm"))
     # Last: the interval's conversion needs the geometry every other key has set.
     converted |= _checkpoint_interval(source, out)
     out.unmapped += [(written, value, f"converted by hand: {note}")

@@ -16,6 +16,7 @@ n_resp=16
 mini=32
 python -m verl.experimental.fully_async_policy.fully_async_main \\
     data.train_batch_size=0 \\
+    algorithm.adv_estimator=grpo \\
     actor_rollout_ref.rollout.n=${n_resp} \\
     actor_rollout_ref.actor.ppo_mini_batch_size=${mini} \\
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \\
@@ -117,7 +118,8 @@ def test_overrides_and_flags_on_the_command_line(tmp_path):
 
 # framework: (source file, its text, checkpoint.every, logging.backends, logging.experiment)
 SAVING_AND_LOGGING = {
-    "verl": ("run.sh", "python -m verl.trainer.main_ppo data.train_batch_size=256 actor_rollout_ref.rollout.n=4 "
+    "verl": ("run.sh", "python -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=256 "
+             "actor_rollout_ref.rollout.n=4 "
              "actor_rollout_ref.actor.ppo_mini_batch_size=64 trainer.save_freq=10 trainer.logger=['console','wandb'] "
              "trainer.project_name=gsm8k\n", 40, ["jsonl", "wandb"], "gsm8k"),
     "slime": ("run.sh", "python3 train.py --rollout-batch-size 32 --n-samples-per-prompt 8 --global-batch-size 64 "

@@ -23,7 +23,34 @@ from fasync.lint.engine import lint
 CORPUS = Path(__file__).parent / "import_corpus"
 EXPECTED: dict[str, dict] = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
 
-KNOWN_FAILING: dict[str, str] = dict.fromkeys(EXPECTED, "baseline: not imported right yet")
+KNOWN_FAILING: dict[str, str] = {
+    'areal/gsm8k_grpo.yaml': 'resources.num_gpus None (expected 8); resources.trainer_ranks 1 (expected 4); resources.nu',
+    'areal/gsm8k_ppo.yaml': "exit 0, not 1; not one line saying what is not supported: 'All checks passed!'",
+    'areal/boba_grpo.yaml': "rollout.engine 'hf' (expected 'vllm'); resources.num_gpus None (expected 8); resources.tra",
+    'areal/gsm8k_dapo_dynamic_bs.yaml': 'resources.num_gpus None (expected 8); resources.trainer_ranks 1 (expected 4); resources.nu',
+    'areal/gsm8k_grpo_colocated.yaml': "mode 'fully_async' (expected 'sync'); staleness 0 (expected None); resources.num_gpus None",
+    'areal/gsm8k_reinforce_baseline.yaml': 'train.normalize_advantage_std True (expected False); resources.num_gpus None (expected 8);',
+    'prime-rl/reverse-text_rl.toml': "rollout.engine 'hf' (expected 'vllm'); checkpoint.save_final False (expected True); resour",
+    'prime-rl/alphabet-sort_rl.toml': "rollout.engine 'hf' (expected 'vllm'); checkpoint.save_final False (expected True); resour",
+    'prime-rl/hendrycks-sanity_rl.toml': "rollout.engine 'hf' (expected 'vllm'); resources.num_gpus None (expected 2); resources.gpu",
+    'prime-rl/acereason_math_stage1_orch.toml': 'prompts_per_rollout 32 (expected 128); global_batch 256 (expected 1024); staleness 8 (expe',
+    'prime-rl/qwen3-30b-a3b_4-nodes.toml': 'samples_per_prompt 8 (expected 1); steps_per_rollout 8 (expected 1); worst_lag 135 (expect',
+    'prime-rl/alphabet_sort_rl.toml': 'prompts_per_rollout 512 (expected 32); steps_per_rollout 16 (expected 1); worst_lag 143 (e',
+    'openrlhf/train_ppo_ray_slurm.sh': "not one line saying what is not supported: '/tmp/tmpic576hcm/openrlhf__train_ppo_ray_slurm",
+    'openrlhf/train_reinforce_baseline_ray_agent_async.sh': "rollout.engine 'hf' (expected 'vllm'); rollout.dynamic_sampling False (expected True); cor",
+    'openrlhf/train_dapo_ray_hybrid_engine.sh': "train.clip_eps_high 0.2 (expected 0.27); rollout.engine 'hf' (expected 'vllm'); rollout.dy",
+    'openrlhf/train_grpo_ray_hybrid_engine.sh': "not one line saying what is not supported: '/tmp/tmpic576hcm/openrlhf__train_grpo_ray_hybr",
+    'openrlhf/train_reinforce_llama_ray_async.sh': "not one line saying what is not supported: '/tmp/tmpic576hcm/openrlhf__train_reinforce_lla",
+    'openrlhf/train_prorlv2_math_hybrid_engine.sh': "train.clip_eps_high 0.2 (expected 0.27); rollout.engine 'hf' (expected 'vllm'); rollout.dy",
+    'openrlhf/train_ppo_ray_streaming.sh': "rollout.engine 'hf' (expected 'vllm'); rollout.dynamic_sampling False (expected True); cor",
+    'openrlhf/train_reinforce_baseline_hybrid_engine.sh': "rollout.engine 'hf' (expected 'vllm'); rollout.dynamic_sampling False (expected True); cor",
+    'trl/async_grpo.py': "mode 'sync' (expected 'fully_async'); staleness None (expected 4); worst_lag 0 (expected 4",
+    'trl/async_grpo_delta.py': "not one line saying what is not supported: 'fasync import: /work/wt/import/tests/import_co",
+    'trl/async_grpo_sanity.py': "mode 'sync' (expected 'fully_async'); prompts_per_rollout 1 (expected 16); global_batch 8 ",
+    'trl/gspo.py': "not one line saying what is not supported: 'fasync import: /work/wt/import/tests/import_co",
+    'trl/nemo_gym_config.yaml': "train.num_rollouts 100 (expected 1000); correction.level 'none' (expected 'sequence'); cor",
+    'trl/async_grpo_buckets.py': "no config written (exit 1): 'gradient_accumulation_steps, steps_per_generation, generation",
+}
 """Corpus file → why it does not import right yet."""
 
 TARGET_SHARE = 0.9

@@ -26,8 +26,9 @@ def express(cfg, derived) -> Expressed:
             out.missing.append("no staleness bound: miles's max_weight_staleness is always a number")
         else:
             out.put("max-weight-staleness", bound, "async.max_weight_staleness")
-        if cfg.async_.partial_rollout:  # a store_true flag: absent is false
-            out.put("partial-rollout", True, "async.partial_rollout")
+        if not cfg.async_.partial_rollout:
+            out.missing.append("fully_async without partial rollout: miles' pause modes (retract, in_place) both "
+                               "continue requests in flight across a weight update")
     return out
 
 

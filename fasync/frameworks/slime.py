@@ -48,6 +48,8 @@ ROWS = [
      "it packs micro batches by token count; it is not train.use_dynamic_global_batch_size."),
     ("num_epoch", (), NONE, "passes over the dataset; fasync counts rollouts (train.num_rollouts)."),
     ("seed", "train.seed", SAME),
+    ("hf_checkpoint", "model.path", SAME, "the Hugging Face checkpoint the engines load; fasync loads local "
+     "directories only."),
     ("custom_generate_function_path", (), NONE,
      "a custom generation function (multi-turn tool calling): not supported yet (issue \"Agentic rollouts\")."),
 ]
@@ -144,7 +146,7 @@ def _resources(source: Source, out: Imported) -> None:
             "rollout GPUs") + (f" + {source.cite('eval_num_gpus')} (an eval engine fasync does not have)"
                                if extra else ""))
     out.set("resources.gpus_per_node", max(per_node, 8) if not colocate or nodes == 1 else per_node,
-            "8-GPU nodes" if per_node < 8 else source.cite("actor_num_gpus_per_node"))
+            "8-GPU nodes" if per_node < 8 else source.cite("actor_num_gpus_per_node", 8))
 
 
 def express(cfg, derived) -> Expressed:

@@ -261,6 +261,11 @@ def express(cfg, derived) -> Expressed:
     out.put("actor_rollout_ref.rollout.n", n, "rollout.n_samples_per_prompt")
     out.put("actor_rollout_ref.actor.ppo_mini_batch_size", mini, f"{per_step} samples per step / {n}")
     out.note_trimmed_samples(derived)
+    if cfg.train.advantage_estimator == "grpo":
+        out.put("algorithm.adv_estimator", "grpo", "train.advantage_estimator")
+    else:
+        out.missing.append(f"train.advantage_estimator {cfg.train.advantage_estimator}: verl's estimators differ "
+                           "(its default, gae, needs a critic)")
     if not fully_async:
         out.put("data.train_batch_size", prompts, "rollout.batch_size")
         out.put("trainer.total_training_steps", cfg.train.num_rollouts, "train.num_rollouts")
