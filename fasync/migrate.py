@@ -156,6 +156,7 @@ def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[
             raise ImportFailure(f"{path}:{error.lineno}: not valid Python ({error.msg})") from None
     script = shell.evaluate(text, environment)
     source.notes += script.notes
+    source.variables.update({name: value for name, value in script.variables.items() if isinstance(value, str)})
     command = script.training_command()
     if command is None:
         return {}

@@ -53,7 +53,8 @@ max_off_policy_steps = 1
 """),
     "openrlhf": ("run.sh", """\
 python3 -m openrlhf.cli.train_ppo_ray --rollout.batch_size 32 --rollout.n_samples_per_prompt 8 \\
-  --train.batch_size 256 --train.micro_batch_size 16 --train.async_enable --algo.kl.init_coef 0.0
+  --train.batch_size 256 --train.micro_batch_size 16 --train.async_enable --algo.kl.init_coef 0.0 \\
+  --algo.advantage.estimator group_norm
 """),
     "trl": ("train.py", """\
 from trl import GRPOConfig
@@ -125,7 +126,7 @@ SAVING_AND_LOGGING = {
     "slime": ("run.sh", "python3 train.py --rollout-batch-size 32 --n-samples-per-prompt 8 --global-batch-size 64 "
               "--save-interval 5 --use-wandb --wandb-project math\n", 20, ["jsonl", "wandb"], "math"),
     "openrlhf": ("run.sh", "python3 -m openrlhf.cli.train_ppo_ray --rollout.batch_size 32 --rollout.n_samples_per_prompt 8 "
-                 "--train.batch_size 128 --save_steps 3 --use_tensorboard logs/tb\n", 6, ["jsonl", "tensorboard"], None),
+                 "--train.batch_size 128 --save_steps 3 --use_tensorboard logs/tb --advantage_estimator group_norm\n", 6, ["jsonl", "tensorboard"], None),
     "areal": ("grpo.yaml", "experiment_name: gsm8k-grpo\ntrain_dataset: {batch_size: 64}\ngconfig: {n_samples: 4}\n"
               "actor: {ppo_n_minibatches: 2}\nsaver: {freq_steps: 5}\nstats_logger: {wandb: {mode: offline}}\n",
               10, ["jsonl", "wandb"], "gsm8k-grpo"),

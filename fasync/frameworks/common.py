@@ -92,6 +92,9 @@ class Source:
     """Key as written → the unknown variables or command outputs its value depends on."""
     notes: list[str] = field(default_factory=list)
     """What reading the source decided (the branch of an if), for the reader."""
+    variables: dict[str, str] = field(default_factory=dict)
+    """A launch script's variables (its exports among them) where its training program reads them from the
+    environment (OpenRLHF's OPENRLHF_ASYNC_QUEUE_SIZE)."""
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
