@@ -24,12 +24,6 @@ CORPUS = Path(__file__).parent / "import_corpus"
 EXPECTED: dict[str, dict] = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
 
 KNOWN_FAILING: dict[str, str] = {
-    'areal/gsm8k_grpo.yaml': 'resources.num_gpus None (expected 8); resources.trainer_ranks 1 (expected 4); resources.nu',
-    'areal/gsm8k_ppo.yaml': "exit 0, not 1; not one line saying what is not supported: 'All checks passed!'",
-    'areal/boba_grpo.yaml': "rollout.engine 'hf' (expected 'vllm'); resources.num_gpus None (expected 8); resources.tra",
-    'areal/gsm8k_dapo_dynamic_bs.yaml': 'resources.num_gpus None (expected 8); resources.trainer_ranks 1 (expected 4); resources.nu',
-    'areal/gsm8k_grpo_colocated.yaml': "mode 'fully_async' (expected 'sync'); staleness 0 (expected None); resources.num_gpus None",
-    'areal/gsm8k_reinforce_baseline.yaml': 'train.normalize_advantage_std True (expected False); resources.num_gpus None (expected 8);',
     'prime-rl/reverse-text_rl.toml': "rollout.engine 'hf' (expected 'vllm'); checkpoint.save_final False (expected True); resour",
     'prime-rl/alphabet-sort_rl.toml': "rollout.engine 'hf' (expected 'vllm'); checkpoint.save_final False (expected True); resour",
     'prime-rl/hendrycks-sanity_rl.toml': "rollout.engine 'hf' (expected 'vllm'); resources.num_gpus None (expected 2); resources.gpu",
