@@ -18,7 +18,6 @@ from typing import Any
 import yaml
 
 from fasync import python_launcher, shell
-from fasync.config.fields import flatten
 from fasync.diagnostics import show_value
 from fasync.frameworks import FRAMEWORKS, normalize, row_for
 from fasync.frameworks.common import CONVERTED, NONE, SAME, Expressed, Imported, ImportFailure, Source
@@ -130,9 +129,15 @@ def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[
         import tomllib
 
         try:
-            return flatten(tomllib.loads(text))
+            settings = _flatten(tomllib.loads(text))
         except tomllib.TOMLDecodeError as error:
             raise ImportFailure(f"{path}: not valid TOML ({error})") from None
+        if source.framework.id == "prime-rl" and "batch_size" in settings and not any(
+                key.startswith("orchestrator.") for key in settings):
+            source.orchestrator_file = True  # the older orchestrator-only file: its keys are the orchestrator's
+            return {key if key in ("max_steps", "seq_len") or key.startswith("model.") else f"orchestrator.{key}":
+                    value for key, value in settings.items()}
+        return settings
     if path.suffix in (".yaml", ".yml", ".json"):
         try:
             data = yaml.safe_load(text)
@@ -145,7 +150,7 @@ def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[
             return {}
         if not isinstance(data, dict):
             raise ImportFailure(f"{path}: holds a {type(data).__name__}, not a mapping of settings")
-        return _resolve_references(flatten(data))
+        return _resolve_references(_flatten(data))
     if path.suffix == ".py" or "GRPOConfig(" in text:
         try:
             if source.framework.id == "trl":
@@ -162,6 +167,17 @@ def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[
         return {}
     source.script = command.program
     return _words_to_settings(command.words, source.framework.hydra)
+
+
+def _flatten(data: dict) -> dict[str, Any]:
+    """Dotted keys; an empty section (prime-rl's `[ckpt]`) is kept as its name with an empty mapping."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update({f"{key}.{inner}": leaf for inner, leaf in _flatten(value).items()})
+        else:
+            out[str(key)] = value
+    return out
 
 
 def _resolve_references(settings: dict[str, Any]) -> dict[str, Any]:

@@ -24,12 +24,6 @@ CORPUS = Path(__file__).parent / "import_corpus"
 EXPECTED: dict[str, dict] = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
 
 KNOWN_FAILING: dict[str, str] = {
-    'prime-rl/reverse-text_rl.toml': "rollout.engine 'hf' (expected 'vllm'); checkpoint.save_final False (expected True); resour",
-    'prime-rl/alphabet-sort_rl.toml': "rollout.engine 'hf' (expected 'vllm'); checkpoint.save_final False (expected True); resour",
-    'prime-rl/hendrycks-sanity_rl.toml': "rollout.engine 'hf' (expected 'vllm'); resources.num_gpus None (expected 2); resources.gpu",
-    'prime-rl/acereason_math_stage1_orch.toml': 'prompts_per_rollout 32 (expected 128); global_batch 256 (expected 1024); staleness 8 (expe',
-    'prime-rl/qwen3-30b-a3b_4-nodes.toml': 'samples_per_prompt 8 (expected 1); steps_per_rollout 8 (expected 1); worst_lag 135 (expect',
-    'prime-rl/alphabet_sort_rl.toml': 'prompts_per_rollout 512 (expected 32); steps_per_rollout 16 (expected 1); worst_lag 143 (e',
     'trl/async_grpo.py': "mode 'sync' (expected 'fully_async'); staleness None (expected 4); worst_lag 0 (expected 4",
     'trl/async_grpo_delta.py': "not one line saying what is not supported: 'fasync import: /work/wt/import/tests/import_co",
     'trl/async_grpo_sanity.py': "mode 'sync' (expected 'fully_async'); prompts_per_rollout 1 (expected 16); global_batch 8 ",

@@ -92,6 +92,8 @@ class Source:
     """Key as written → the unknown variables or command outputs its value depends on."""
     notes: list[str] = field(default_factory=list)
     """What reading the source decided (the branch of an if), for the reader."""
+    orchestrator_file: bool = False
+    """prime-rl: an orchestrator-only file of the older layout, its keys at the top level."""
     variables: dict[str, str] = field(default_factory=dict)
     """A launch script's variables (its exports among them) where its training program reads them from the
     environment (OpenRLHF's OPENRLHF_ASYNC_QUEUE_SIZE)."""
