@@ -10,7 +10,6 @@ under the config.
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 from typing import Any
@@ -63,22 +62,18 @@ def _words_to_settings(words: list[str], hydra: bool) -> dict[str, Any]:
     return out
 
 
-def _grpo_config_keywords(text: str) -> dict[str, Any]:
-    """The literal keywords of a `GRPOConfig(...)` call, or of a bare `key=value, ...` list."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        tree = ast.parse(f"GRPOConfig({text})")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")).endswith("Config"):
-            out = {}
-            for keyword in node.keywords:
-                try:
-                    out[keyword.arg] = ast.literal_eval(keyword.value)
-                except ValueError:
-                    continue
-            return out
-    return {}
+def _trl_settings(text: str, source: Source, environment: dict[str, str]) -> dict[str, Any]:
+    """The keywords of a `GRPOConfig(...)` / `AsyncGRPOConfig(...)` call, or, for a script driven by TrlParser
+    that sets none, the command line its docstring gives."""
+    source.script, keywords = python_launcher.config_keywords(text, environment)
+    if keywords:
+        return keywords
+    script = shell.evaluate(python_launcher.docstring(text), environment)
+    command = script.training_command()
+    if command is None:
+        return {}
+    source.script = command.program
+    return _words_to_settings(command.words, hydra=False)
 
 
 def read(framework: str, sources: list[str], environment: dict[str, str] | None = None) -> Source:
@@ -151,11 +146,12 @@ def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[
         if not isinstance(data, dict):
             raise ImportFailure(f"{path}: holds a {type(data).__name__}, not a mapping of settings")
         return _resolve_references(_flatten(data))
+    source.variables.update(environment)
     if path.suffix == ".py" or "GRPOConfig(" in text:
         try:
             if source.framework.id == "trl":
-                return _grpo_config_keywords(text)
-            words, source.script = python_launcher.command_line(text)
+                return _trl_settings(text, source, environment)
+            words, source.script = python_launcher.command_line(text, environment)
             return _words_to_settings(words, source.framework.hydra)
         except SyntaxError as error:
             raise ImportFailure(f"{path}:{error.lineno}: not valid Python ({error.msg})") from None
@@ -367,7 +363,8 @@ def render_expressed(out: Expressed, config_name: str) -> str:
         body = top + [line for section, lines in sections.items() for line in ("", f"[{section}]", *lines)]
     elif out.entry == "python":
         arguments = ", ".join(f"{key}={value!r}" for key, value, _ in out.settings)
-        body = ["from trl import GRPOConfig", f"args = GRPOConfig(output_dir='out', {arguments})"]
+        module = "trl.experimental.async_grpo" if out.config_class != "GRPOConfig" else "trl"
+        body = [f"from {module} import {out.config_class}", f"args = {out.config_class}(output_dir='out', {arguments})"]
     else:
         hydra = out.framework.hydra
         words = [f"{key}={_hydra(value)}" if hydra else f"--{key} {_flag(value)}".rstrip()

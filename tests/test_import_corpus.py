@@ -23,14 +23,7 @@ from fasync.lint.engine import lint
 CORPUS = Path(__file__).parent / "import_corpus"
 EXPECTED: dict[str, dict] = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
 
-KNOWN_FAILING: dict[str, str] = {
-    'trl/async_grpo.py': "mode 'sync' (expected 'fully_async'); staleness None (expected 4); worst_lag 0 (expected 4",
-    'trl/async_grpo_delta.py': "not one line saying what is not supported: 'fasync import: /work/wt/import/tests/import_co",
-    'trl/async_grpo_sanity.py': "mode 'sync' (expected 'fully_async'); prompts_per_rollout 1 (expected 16); global_batch 8 ",
-    'trl/gspo.py': "not one line saying what is not supported: 'fasync import: /work/wt/import/tests/import_co",
-    'trl/nemo_gym_config.yaml': "train.num_rollouts 100 (expected 1000); correction.level 'none' (expected 'sequence'); cor",
-    'trl/async_grpo_buckets.py': "no config written (exit 1): 'gradient_accumulation_steps, steps_per_generation, generation",
-}
+KNOWN_FAILING: dict[str, str] = {}
 """Corpus file → why it does not import right yet."""
 
 TARGET_SHARE = 0.9
@@ -138,7 +131,6 @@ def test_the_corpus_imports_as_expected(tmp_path):
     print(summary)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30's bar is not reached yet")
 def test_the_corpus_meets_issue_30s_bar(tmp_path):
     passing = [name for name in EXPECTED if not _problems(name, tmp_path)]
     assert len(passing) >= TARGET_SHARE * len(EXPECTED), f"{len(passing)} of {len(EXPECTED)}"

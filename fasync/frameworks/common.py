@@ -138,6 +138,8 @@ class Expressed:
     """(key as the framework writes it, value, the fasync quantity it carries)."""
     missing: list[str] = field(default_factory=list)
     """What the framework cannot say of this config: reading it back with `fasync import` gives another run."""
+    config_class: str = "GRPOConfig"
+    """For a Python entry (TRL): the config class the settings are keywords of."""
 
     def put(self, key: str, value: Any, why: str) -> None:
         self.settings.append((key, value, why))
