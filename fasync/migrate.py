@@ -140,7 +140,8 @@ def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[
             mark = getattr(error, "problem_mark", None)
             where = f":{mark.line + 1}" if mark is not None else ""
             problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise ImportFailure(f"{path}{where}: not valid YAML ({problem})") from None
+            kind = "JSON" if path.suffix == ".json" else "YAML"
+            raise ImportFailure(f"{path}{where}: not valid {kind} ({problem})") from None
         if data is None:
             return {}
         if not isinstance(data, dict):

@@ -131,8 +131,11 @@ def config_keywords(text: str, environment: dict[str, str]) -> tuple[str, dict[s
     config call; SyntaxError when the text is not Python."""
     try:
         tree = ast.parse(text)
-    except SyntaxError:
-        tree = ast.parse(f"GRPOConfig({text})")  # a bare `key=value, ...` list
+    except SyntaxError as error:
+        try:
+            tree = ast.parse(f"GRPOConfig({text})")  # a bare `key=value, ...` list
+        except SyntaxError:
+            raise error from None
     scope = _Scope(tree, environment)
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
     config = next((node for node in calls if _called(node).endswith("GRPOConfig") and node.keywords), None)
