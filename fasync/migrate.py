@@ -205,6 +205,8 @@ def translate(source: Source) -> Imported:
             continue
         if row is None or row.kind == NONE:
             out.unmapped.append((written, value, row.note if row else "not in fasync's table"))
+        elif row.kind == SAME and not _fits(row.targets, value):
+            out.unmapped.append((written, value, f"not one value fasync can hold: {row.note or 'set it by hand'}"))
         elif row.kind == SAME:
             for target in row.targets:
                 # A row naming one key (eps_clip_high) is more specific than one naming a pair (eps_clip).
@@ -227,6 +229,12 @@ def translate(source: Source) -> Imported:
     out.unmapped += [(written, value, f"converted by hand: {note}")
                      for key, written, value, note in by_hand if key not in converted]
     return out
+
+
+def _fits(targets: tuple[str, ...], value: Any) -> bool:
+    """A list (verl's several train_files) or a mapping cannot be a scalar key's value."""
+    scalar_lists = {"logging.backends", "correction.reject_token_ratio", "correction.reject_sequence_ratio"}
+    return not isinstance(value, (list, dict)) or all(target in scalar_lists for target in targets)
 
 
 def _checkpoint_interval(source: Source, out: Imported) -> set[str]:
@@ -320,6 +328,24 @@ def import_config(framework: str, sources: list[str],
         raise ImportFailure(f"{' '.join(sources)}: no {FRAMEWORKS[framework].display} setting found "
                             f"(looked for {looked}, ...)" + _unknown_hint(source))
     return render(framework, sources, imported, source), imported
+
+
+def missing_task(framework: str, imported: Imported) -> str | None:
+    """What the imported config lacks to train the source's task, as one sentence naming where the import
+    looked; None when it has both data and a reward. (Without them it would train fasync's built-in reverse
+    task with exact_match.)"""
+    display, frameworks = FRAMEWORKS[framework].display, FRAMEWORKS[framework]
+    needed = []
+    if "data.path" not in imported.values:
+        looked = ", ".join(frameworks.data_keys) or f"no {display} setting names a dataset file"
+        needed.append(f"data.path (looked for {looked})")
+    if "reward.function" not in imported.values:
+        looked = ", ".join(frameworks.reward_keys)
+        needed.append(f"reward.function ({display}'s reward, {looked}, has no fasync equivalent yet)")
+    if not needed:
+        return None
+    trains = "fasync's built-in reverse task" if "data.path" not in imported.values else "its data"
+    return f"set {' and '.join(needed)}: as written, the config trains {trains} scored by exact_match"
 
 
 def _unknown_hint(source: Source) -> str:

@@ -87,3 +87,17 @@ def test_a_variable_the_script_does_not_set_is_named_with_the_flag(tmp_path):
     assert load_config(out).config.rollout.n_samples_per_prompt == 4
     _import("verl", str(source), "-o", str(out), "--env", "BATCH=16")
     assert load_config(out).config.rollout.batch_size == 16
+
+
+def test_an_import_without_data_or_reward_says_what_to_set_and_exits_1(tmp_path):
+    source = tmp_path / "run.sh"
+    source.write_text(VERL_RUN.replace("main_ppo", "main_ppo data.train_files=/data/gsm8k.jsonl"))
+    out = tmp_path / "fasync.yaml"
+    result = _import("verl", str(source), "-o", str(out))
+    last = result.output.strip().splitlines()[-1]
+    assert result.exit_code == 1 and "All checks passed" not in result.output
+    assert last.startswith("fasync import: set reward.function") and "custom_reward_function.path" in last
+    assert load_config(out).config.data.path == "/data/gsm8k.jsonl"
+    source.write_text(VERL_RUN)
+    last = _import("verl", str(source), "-o", str(out)).output.strip().splitlines()[-1]
+    assert "set data.path (looked for data.train_files)" in last and "built-in reverse task" in last

@@ -19,12 +19,12 @@ def run(framework: str, sources: Sequence[str], out: str | None, env: Sequence[s
     from fasync.frameworks.common import ImportFailure
     from fasync.lint.engine import check_files, exit_code
     from fasync.lint.formats import render
-    from fasync.migrate import import_config
+    from fasync.migrate import import_config, missing_task
 
     try:
         environment = _environment(env)
         target = _writable(out, sources) if out else None
-        text, _ = import_config(framework, list(sources), environment)
+        text, imported = import_config(framework, list(sources), environment)
         if target:
             _write(target, text)
     except ImportFailure as failure:
@@ -40,7 +40,12 @@ def run(framework: str, sources: Sequence[str], out: str | None, env: Sequence[s
     else:
         checked = check_files([target])
         report = render(checked.diagnostics, "text", files=1)
-    typer.echo(report, err=True)
+    needed = missing_task(framework, imported)
+    if checked.diagnostics or not needed:  # "All checks passed!" only where the config trains the source's task
+        typer.echo(report, err=True)
+    if needed:
+        typer.echo(f"fasync import: {needed}", err=True)
+        return ExitCode.FAILED
     return exit_code(checked)
 
 

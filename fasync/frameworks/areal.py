@@ -19,6 +19,7 @@ from fasync.frameworks.common import (
 
 ROWS = [
     ("train_dataset.batch_size", "rollout.batch_size", SAME, "prompts per training step: a fasync drain."),
+    ("train_dataset.path", "data.path", SAME, "a JSONL file of prompt/label objects in fasync."),
     ("gconfig.n_samples", "rollout.n_samples_per_prompt", SAME),
     ("gconfig.max_new_tokens", "rollout.max_new_tokens", SAME),
     ("gconfig.temperature", "rollout.temperature", SAME),
@@ -159,4 +160,5 @@ def express(cfg, derived) -> Expressed:
     return out
 
 
-FRAMEWORK = Framework("areal", "AReaL", ROWS, import_into, express, rollout_checkpoint_keys=("saver.freq_steps",))
+FRAMEWORK = Framework("areal", "AReaL", ROWS, import_into, express, rollout_checkpoint_keys=("saver.freq_steps",),
+                      data_keys=("train_dataset.path",), reward_keys=("the reward function of its Python entry point",))

@@ -61,6 +61,11 @@ class Framework:
     `checkpoint.every` counts optimizer steps."""
     hydra: bool = False
     """Its command line takes hydra `key=value` overrides, not argparse `--flag value`."""
+    data_keys: tuple[str, ...] = ()
+    """Where its settings name the training data (what `fasync import` looks for, and says it looked for)."""
+    reward_keys: tuple[str, ...] = ()
+    """Where its settings name the reward; fasync has no equivalent of these yet, so an import always asks for
+    `reward.function`."""
     keys: tuple[KeyMapping, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

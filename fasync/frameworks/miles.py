@@ -32,4 +32,5 @@ def express(cfg, derived) -> Expressed:
     return out
 
 
-FRAMEWORK = Framework("miles", "miles", ROWS, slime.import_into, express, rollout_checkpoint_keys=("save_interval",))
+FRAMEWORK = Framework("miles", "miles", ROWS, slime.import_into, express, rollout_checkpoint_keys=("save_interval",),
+                      data_keys=slime.FRAMEWORK.data_keys, reward_keys=slime.FRAMEWORK.reward_keys)

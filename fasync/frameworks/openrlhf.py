@@ -83,6 +83,9 @@ ROWS = [
     ("eps_clip_low_high", ("train.clip_eps_low", "train.clip_eps_high"), CONVERTED, "two values: low, high."),
     ("actor.model_name_or_path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
     ("pretrain", "model.path", SAME, "fasync loads local directories only, never a hub name."),
+    ("prompt_data", "data.path", SAME, "a JSONL file of prompt/label objects in fasync (a hub dataset name is not)."),
+    ("input_key", "data.prompt_key", SAME),
+    ("label_key", "data.label_key", SAME),
 ]
 
 
@@ -232,4 +235,6 @@ def express(cfg, derived) -> Expressed:
 
 
 FRAMEWORK = Framework("openrlhf", "OpenRLHF", ROWS, import_into, express,
-                      rollout_checkpoint_keys=("ckpt.save_steps", "save_steps"))
+                      rollout_checkpoint_keys=("ckpt.save_steps", "save_steps"),
+                      data_keys=("prompt_data", "data.prompt_data"),
+                      reward_keys=("remote_rm_url", "agent_func_path", "reward.remote_url"))

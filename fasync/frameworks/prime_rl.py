@@ -124,4 +124,5 @@ def express(cfg, derived) -> Expressed:
     return out
 
 
-FRAMEWORK = Framework("prime-rl", "prime-rl", ROWS, import_into, express)
+FRAMEWORK = Framework("prime-rl", "prime-rl", ROWS, import_into, express,
+                      reward_keys=("orchestrator.train.env", "orchestrator.env", "environment.id"))

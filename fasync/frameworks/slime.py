@@ -48,6 +48,9 @@ ROWS = [
      "it packs micro batches by token count; it is not train.use_dynamic_global_batch_size."),
     ("num_epoch", (), NONE, "passes over the dataset; fasync counts rollouts (train.num_rollouts)."),
     ("seed", "train.seed", SAME),
+    ("prompt_data", "data.path", SAME, "a JSONL file of prompt/label objects (parquet is not read yet)."),
+    ("input_key", "data.prompt_key", SAME),
+    ("label_key", "data.label_key", SAME),
     ("hf_checkpoint", "model.path", SAME, "the Hugging Face checkpoint the engines load; fasync loads local "
      "directories only."),
     ("custom_generate_function_path", (), NONE,
@@ -174,4 +177,5 @@ def express_flags(framework: Framework, cfg, derived) -> Expressed:
     return out
 
 
-FRAMEWORK = Framework("slime", "slime", ROWS, import_into, express, rollout_checkpoint_keys=("save_interval",))
+FRAMEWORK = Framework("slime", "slime", ROWS, import_into, express, rollout_checkpoint_keys=("save_interval",),
+                      data_keys=("prompt_data",), reward_keys=("rm_type", "custom_rm_path"))

@@ -200,4 +200,5 @@ def express(cfg, derived) -> Expressed:
     return out
 
 
-FRAMEWORK = Framework("trl", "TRL", ROWS, import_into, express)
+FRAMEWORK = Framework("trl", "TRL", ROWS, import_into, express,
+                      reward_keys=("the trainer's reward_funcs",))

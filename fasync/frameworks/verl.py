@@ -27,7 +27,9 @@ ROWS = [
      "prompts per rollout, as in fasync; the fully-async recipe ignores it (0): a drain is "
      "require_batches × ppo_mini_batch_size prompts."),
     ("data.max_response_length", "rollout.max_new_tokens", SAME),
-    ("data.train_files", "data.path", CONVERTED, "verl reads parquet; fasync reads a JSONL file of prompt/label objects."),
+    ("data.train_files", "data.path", SAME, "verl reads parquet; fasync reads a JSONL file of prompt/label objects "
+     "(parquet is not read yet)."),
+    ("data.prompt_key", "data.prompt_key", SAME),
     ("data.max_prompt_length", (), NONE, "fasync does not truncate prompts."),
     ("actor_rollout_ref.rollout.n", "rollout.n_samples_per_prompt", SAME),
     ("actor_rollout_ref.rollout.response_length", "rollout.max_new_tokens", SAME),
@@ -84,6 +86,12 @@ ROWS = [
     ("algorithm.rollout_correction.loss_type", (), NONE,
      "ppo_clip in bypass mode is fasync's behaviour anchor; reinforce (no clip) has no equivalent."),
     ("critic.*", (), NONE, NO_CRITIC),
+    ("actor_rollout_ref.model.lora_rank", (), NONE, "LoRA: not supported yet."),
+    ("actor_rollout_ref.model.lora_alpha", (), NONE, "LoRA: not supported yet."),
+    ("actor_rollout_ref.rollout.top_k", (), NONE, "top-k sampling: not supported yet (-1, no top-k, is fasync's)."),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps", (), NONE, "learning-rate warmup: not supported yet."),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", (), NONE, "learning-rate warmup: not supported yet."),
+    ("actor_rollout_ref.rollout.multi_turn.*", (), NONE, "multi-turn rollouts: not supported yet."),
     ("actor_rollout_ref.*", (), NONE, NESTED.format(source="verl")),
     ("algorithm.*", (), NONE, NESTED.format(source="verl")),
     ("async_training.*", (), NONE, NESTED.format(source="verl's fully-async recipe")),
@@ -285,4 +293,5 @@ def express(cfg, derived) -> Expressed:
 
 
 FRAMEWORK = Framework("verl", "verl", ROWS, import_into, express, rollout_checkpoint_keys=("trainer.save_freq",),
+                      data_keys=("data.train_files",), reward_keys=("custom_reward_function.path", "reward_model.reward_manager"),
                       hydra=True)
