@@ -161,4 +161,12 @@ def express(cfg, derived) -> Expressed:
 
 
 FRAMEWORK = Framework("areal", "AReaL", ROWS, import_into, express, rollout_checkpoint_keys=("saver.freq_steps",),
-                      data_keys=("train_dataset.path",), reward_keys=("the reward function of its Python entry point",))
+                      data_keys=("train_dataset.path",), reward_keys=("the reward function of its Python entry point",),
+                      modes=("AReaL streams: `fully_async` with `rollout.max_head_offpolicyness` as the bound, except "
+                             "a colocated allocation (`|` in `allocation_mode`, or `actor.colocated`), where "
+                             "generation and training take turns: `sync`."),
+                      defaults=("`allocation_mode` `engine:dDpPtT+trainer:dN` gives D engines of P × T GPUs and N "
+                                "trainer ranks; SGLang becomes vLLM, fasync's tensor-parallel engine; "
+                                "`cluster.n_nodes` × `n_gpus_per_node` GPUs; `reward_norm.std_level: null` is "
+                                "`train.normalize_advantage_std: false`; a critic (`critic.is_critic`) is refused as "
+                                "not supported; `kl_ctl` is a reward penalty with no equivalent."))

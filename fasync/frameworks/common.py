@@ -63,6 +63,10 @@ class Framework:
     """Its command line takes hydra `key=value` overrides, not argparse `--flag value`."""
     data_keys: tuple[str, ...] = ()
     """Where its settings name the training data (what `fasync import` looks for, and says it looked for)."""
+    modes: str = ""
+    """How `fasync import` tells the mode from the entry point, the config class or the settings (docs/migrate.md)."""
+    defaults: str = ""
+    """The framework's defaults that differ from fasync's, which `fasync import` writes explicitly (docs/migrate.md)."""
     reward_keys: tuple[str, ...] = ()
     """Where its settings name the reward; fasync has no equivalent of these yet, so an import always asks for
     `reward.function`."""

@@ -237,4 +237,13 @@ def express(cfg, derived) -> Expressed:
 FRAMEWORK = Framework("openrlhf", "OpenRLHF", ROWS, import_into, express,
                       rollout_checkpoint_keys=("ckpt.save_steps", "save_steps"),
                       data_keys=("prompt_data", "data.prompt_data"),
-                      reward_keys=("remote_rm_url", "agent_func_path", "reward.remote_url"))
+                      reward_keys=("remote_rm_url", "agent_func_path", "reward.remote_url"),
+                      modes=("`--async_train` (`train.async_enable`) is `async`, its bound `--async_queue_size` (or "
+                             "the script's `OPENRLHF_ASYNC_QUEUE_SIZE`, default 1); partial rollout is `fully_async` "
+                             "with `async.partial_rollout`; otherwise `sync`."),
+                      defaults=("`advantage_estimator` defaults to gae (a critic) and `--reward_pretrain` is a learned "
+                                "reward model: both refused as not supported; group_norm and reinforce_baseline are "
+                                "read as grpo; `n_samples_per_prompt` 1; vLLM engines; `--colocate_all_models` "
+                                "shares the GPUs only without `--async_train`; `--enable_vllm_is_correction` "
+                                "truncates at [0.5, 5.0] (the older `--vllm_enable_is_correction` at 2), ICEPOP "
+                                "rejects outside it."))

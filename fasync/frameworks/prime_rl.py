@@ -125,4 +125,10 @@ def express(cfg, derived) -> Expressed:
 
 
 FRAMEWORK = Framework("prime-rl", "prime-rl", ROWS, import_into, express,
-                      reward_keys=("orchestrator.train.env", "orchestrator.env", "environment.id"))
+                      reward_keys=("orchestrator.train.env", "orchestrator.env", "environment.id"),
+                      modes="prime-rl always streams: `fully_async`, one optimizer step per batch.",
+                      defaults=("`group_size` (older: `rollouts_per_example`) defaults to 1 where fasync's is 8, so "
+                                "`rollout.n_samples_per_prompt` is always written; `max_off_policy_steps` 8 (an "
+                                "older orchestrator-only file, its keys at the top level: `async_level` 2); vLLM "
+                                "inference; `deployment` GPUs, or nodes of 8 GPUs, with the vLLM tensor parallel "
+                                "size; a `[ckpt]` section saves the final checkpoint."))

@@ -58,6 +58,17 @@ ROWS = [
 ]
 
 
+MODES = ("`train.py` is `sync`; `train_async.py` runs one rollout ahead: `async` with `async.max_weight_staleness: "
+         "1`; `--fully-async` (miles) or a fully-async rollout function (`--rollout-function-path ...fully_async...`: "
+         "slime's examples/fully_async, miles' FullyAsyncRolloutFn) is `fully_async`, unbounded unless "
+         "`--max-weight-staleness` is set (the example's queue has no version check).")
+DEFAULTS = ("`--n-samples-per-prompt` 1, `--eps-clip` 0.2 with `--eps-clip-high` for the upper side, `--tis-clip` 2; "
+            "without `--use-rollout-logprobs` the PPO ratio is taken against recomputed logprobs (`recompute`); "
+            "`--actor-num-nodes` × `--actor-num-gpus-per-node` (default 8) trainer ranks and `--rollout-num-gpus` "
+            "(the actor's under `--colocate`) in engines of `--rollout-num-gpus-per-engine`; SGLang becomes vLLM, "
+            "fasync's tensor-parallel engine (with `--hf-checkpoint` as `model.path`).")
+
+
 def import_into(source: Source, out: Imported) -> set[str]:
     """slime's, and miles's, which adds `--fully-async`. The mode comes from the program and the rollout
     function: a fully-async rollout function (slime's examples/fully_async, miles' FullyAsyncRolloutFn) or
@@ -178,4 +189,5 @@ def express_flags(framework: Framework, cfg, derived) -> Expressed:
 
 
 FRAMEWORK = Framework("slime", "slime", ROWS, import_into, express, rollout_checkpoint_keys=("save_interval",),
-                      data_keys=("prompt_data",), reward_keys=("rm_type", "custom_rm_path"))
+                      data_keys=("prompt_data",), reward_keys=("rm_type", "custom_rm_path"),
+                      modes=MODES, defaults=DEFAULTS)
