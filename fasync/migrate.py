@@ -245,9 +245,9 @@ def _checkpoint_interval(source: Source, out: Imported) -> set[str]:
     if steps is None:
         return set()
     interval = source.get(key)
-    if not isinstance(interval, int):
+    if interval is not None and not isinstance(interval, int):
         return set()
-    if interval <= 0:
+    if interval is None or interval <= 0:
         out.set("checkpoint.every", 0, f"{source.cite(key)}: never")
         return {key}
     every = interval * steps

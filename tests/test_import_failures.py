@@ -2,6 +2,8 @@
 #24): each ends with exit 1 and one line naming the file and what is wrong, never a traceback, and nothing
 foreign becomes a live fasync key."""
 
+import re
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -101,3 +103,11 @@ def test_an_import_without_data_or_reward_says_what_to_set_and_exits_1(tmp_path)
     source.write_text(VERL_RUN)
     last = _import("verl", str(source), "-o", str(out)).output.strip().splitlines()[-1]
     assert "set data.path (looked for data.train_files)" in last and "built-in reverse task" in last
+
+
+def test_without_out_the_diagnostics_point_at_the_printed_config(tmp_path):
+    source = tmp_path / "run.sh"
+    source.write_text(VERL_RUN.replace("ppo_mini_batch_size=2", "ppo_mini_batch_size=3"))  # 32 samples, steps of 12
+    result = _import("verl", str(source))
+    assert "(the config above):" in result.output
+    assert not re.search(r"^\S+\.yaml:\d+:\d+:", result.output, re.M)  # no deleted temporary file named

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from fasync.frameworks.common import CONVERTED, NONE, SAME, Expressed, Framework, Imported, Source, geometry
+from fasync.frameworks.common import (
+    CONVERTED,
+    NONE,
+    SAME,
+    Expressed,
+    Framework,
+    Imported,
+    ImportFailure,
+    Source,
+    geometry,
+)
 
 ROWS = [
     ("rollout_batch_size", "rollout.batch_size", SAME, "prompts per rollout, the same meaning."),
@@ -96,6 +106,11 @@ def import_into(source: Source, out: Imported) -> set[str]:
             out.set("async.max_weight_staleness", 1, f"{source.script}: one rollout ahead")
     else:
         out.set("mode", "sync", f"{source.script or 'train.py'} trains each rollout before the next")
+    estimator = source.get("advantage_estimator", "grpo")
+    if estimator != "grpo":
+        raise ImportFailure(f"not supported: {source.cite('advantage_estimator')} advantages (fasync's are grpo and "
+                            "reinforce_baseline)")
+    out.set("train.advantage_estimator", "grpo", source.cite("advantage_estimator", "grpo"))
     if source.get("use_kl_loss"):
         out.set("train.kl_coef", source.get("kl_loss_coef", 0.0), f"use_kl_loss with {source.cite('kl_loss_coef', 0.0)}")
     _correction(source, out)
@@ -110,7 +125,7 @@ def import_into(source: Source, out: Imported) -> set[str]:
             "pause_generation_mode", "dynamic_sampling_filter_path", "calculate_per_token_loss", "tis_level",
             "tis_upper_bound", "tis_lower_bound", "use_rs", "rs_level", "tis_batch_normalize", "use_rollout_logprobs",
             "actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus", "rollout_num_gpus_per_engine",
-            "colocate", "async_unused_samples_handler"}
+            "colocate", "async_unused_samples_handler", "advantage_estimator"}
 
 
 def _correction(source: Source, out: Imported) -> None:
