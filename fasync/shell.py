@@ -60,14 +60,15 @@ class _Lexer:
         self.script = script
 
     def statements(self):
-        """Yields (words, separator) one statement at a time, so that assignments take effect before the next."""
+        """Yields the words of one statement at a time, so that its assignments take effect before the next is
+        expanded."""
         while self.pos < len(self.text):
-            words, separator = self._statement()
+            words = self._statement()
             if words:
-                yield words, separator
+                yield words
 
-    def _statement(self) -> tuple[list[str], str]:
-        words: list[str] = []
+    def _statement(self) -> list:
+        words: list = []
         while self.pos < len(self.text):
             char = self.text[self.pos]
             if self.text.startswith("\\\n", self.pos):
@@ -81,16 +82,18 @@ class _Lexer:
                 self.pos += 1
                 if self.text.startswith(";", self.pos):  # ;; in case
                     self.pos += 1
-                return words, char
+                return words
             elif self.text.startswith(("&&", "||"), self.pos):
                 self.pos += 2
-                return words, "&&"
+                if "[[" in words and "]]" not in words:  # inside [[ ]] they join conditions
+                    words.append(self.text[self.pos - 2:self.pos])
+                else:
+                    return words
+            elif self.text.startswith("&>", self.pos):
+                self._redirect()
             elif char in "|&":
                 self.pos += 1
-                if char == "&" and self.text.startswith(">", self.pos):
-                    self._redirect()
-                    continue
-                return words, char
+                return words
             elif self._at_redirect():
                 self._redirect()
             elif char in "()":
@@ -102,18 +105,20 @@ class _Lexer:
                     words.append(array)  # an array assignment NAME=( ... )
                 else:
                     words += word
-        return words, "\n"
+        return words
 
     def _at_redirect(self) -> bool:
         return bool(re.match(r"[0-9]?(>>?|<<<|<)", self.text[self.pos:self.pos + 4]))
 
     def _redirect(self) -> None:
-        match = re.match(r"&?[0-9]?(>>?|<<<|<)&?[0-9]?", self.text[self.pos:])
-        self.pos += match.end() if match else 1
+        """Skips a redirection and its target (none for a descriptor copy, `2>&1`)."""
+        match = re.match(r"&?[0-9]?(>>?|<<<|<)(&[0-9-])?", self.text[self.pos:])
+        self.pos += match.end()
+        if match[2]:
+            return
         while self.pos < len(self.text) and self.text[self.pos] in " \t":
             self.pos += 1
-        if not re.match(r"[0-9]", self.text[self.pos - 1:self.pos] if self.text[self.pos - 1] == "&" else ""):
-            self._word(splitting=False)
+        self._word(splitting=False)
 
     def _word(self, splitting: bool):
         """One shell word, expanded: a list of fields (unquoted expansions split, `"${X[@]}"` gives one per
@@ -127,11 +132,9 @@ class _Lexer:
             return [], (assignment[1], self._array_elements())
         while self.pos < len(self.text):
             char = self.text[self.pos]
-            if char in " \t\n;|&<>()" or (char == "#" and not started):
-                if char in "<>" and current and "".join(current)[-1:] == "=":
-                    pass  # `--x=<...>`, a placeholder
-                else:
-                    break
+            placeholder = char == "<" and "".join(current).endswith("=")  # NAME=<PLACEHOLDER>
+            if char in " \t\n;|&()" or (char in "<>" and not placeholder) or (char == "#" and not started):
+                break
             started = True
             if self.text.startswith("\\\n", self.pos):
                 self.pos += 2
@@ -396,7 +399,7 @@ def evaluate(text: str, environment: dict[str, str] | None = None, script: Scrip
     branches: list[list] = []
     """Per open `if`: [taking the current branch, a branch was taken, the enclosing level is live]."""
     loops = 0
-    for words, _ in lexer.statements():
+    for words in lexer.statements():
         head = words[0] if isinstance(words[0], str) else ""
         live = all(level[0] for level in branches) and not loops
         if head in ("for", "while", "until"):
@@ -481,10 +484,10 @@ def _test(words: list[str]) -> bool:
 
 
 def _statement(words: list, script: Script) -> None:
-    while words and isinstance(words[0], str) and words[0] in _ASSIGNING:
-        words = [w for w in words[1:] if not (isinstance(w, str) and w.startswith("-"))]
-        for word in words:
-            _assign(word, script) if isinstance(word, tuple) or "=" in word else None
+    if isinstance(words[0], str) and words[0] in _ASSIGNING:  # export NAME=value, declare -a X=(...)
+        for word in words[1:]:
+            if isinstance(word, tuple) or ("=" in word and not word.startswith("-")):
+                _assign(word, script)
         return
     while words and (isinstance(words[0], tuple) or re.match(rf"{_NAME}\+?=", words[0])):
         _assign(words[0], script)
