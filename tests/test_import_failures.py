@@ -111,3 +111,14 @@ def test_without_out_the_diagnostics_point_at_the_printed_config(tmp_path):
     result = _import("verl", str(source))
     assert "(the config above):" in result.output
     assert not re.search(r"^\S+\.yaml:\d+:\d+:", result.output, re.M)  # no deleted temporary file named
+
+
+def test_checking_a_toml_file_does_not_echo_it_whole(tmp_path):
+    """F009 on a framework's TOML that YAML reads as one long scalar (issue 30 §9) names its size and its
+    beginning, not its whole text."""
+    source = tmp_path / "orch.toml"
+    source.write_text("max_steps = 500\nbatch_size = 1024\nseq_len = 8192\nrollouts_per_example = 8\n"
+                      "max_async_level = 2\n")
+    result = CliRunner().invoke(app, ["check", str(source)])
+    message = next(line for line in result.output.splitlines() if "F009" in line)
+    assert "a scalar of 93 characters ('max_steps = 500" in message and "max_async_level" not in message
