@@ -204,7 +204,7 @@ def translate(source: Source) -> Imported:
         if key in converted:
             continue
         if row is None or row.kind == NONE:
-            out.unmapped.append((written, value, row.note if row else "not in fasync's table"))
+            out.unmapped.append((written, value, row.note if row else _not_in_table(written)))
         elif row.kind == SAME and not _fits(row.targets, value):
             out.unmapped.append((written, value, f"not one value fasync can hold: {row.note or 'set it by hand'}"))
         elif row.kind == SAME:
@@ -229,6 +229,20 @@ def translate(source: Source) -> Imported:
     out.unmapped += [(written, value, f"converted by hand: {note}")
                      for key, written, value, note in by_hand if key not in converted]
     return out
+
+
+_NOT_TRAINING = ("eval", "val", "valid", "validation", "test", "critic", "judge", "reward_model", "ref",
+                 "teacher", "vllm", "sglang", "perf_tracer", "evaluator", "valid_dataset")
+"""Sections (and flag prefixes) that configure something besides the policy's training: reported as ignored."""
+
+
+def _not_in_table(written: str) -> str:
+    head = re.split(r"[.\-_]", normalize(written), maxsplit=1)[0]
+    section = normalize(written).split(".")[0]
+    for name in (section, head):
+        if name in _NOT_TRAINING:
+            return f"ignored: `{name}` configures something besides the policy's training"
+    return "not in fasync's table"
 
 
 def _fits(targets: tuple[str, ...], value: Any) -> bool:

@@ -160,3 +160,18 @@ def test_expected_geometry_is_consistent(name):
         assert spec["worst_lag"] is None
     else:
         assert spec["worst_lag"] == (spec["staleness"] + 1) * spec["sync_interval"] * steps - 1
+
+
+def test_sections_besides_the_policys_training_are_reported_as_ignored(tmp_path):
+    """Issue 30 §1: eval, vLLM, perf-tracer and reference settings are listed as ignored, never mapped."""
+    out = tmp_path / "areal.yaml"
+    CliRunner().invoke(app, ["import", "areal", str(CORPUS / "areal" / "gsm8k_grpo.yaml"), "-o", str(out)])
+    text = out.read_text(encoding="utf-8")
+    for key in ("vllm.seed", "perf_tracer.experiment_name", "ref.path", "evaluator.freq_epochs"):
+        line = next(line for line in text.splitlines() if line.startswith(f"#   {key}:"))
+        assert "ignored:" in line, line
+    out = tmp_path / "openrlhf.yaml"
+    CliRunner().invoke(app, ["import", "openrlhf", str(CORPUS / "openrlhf" / "train_prorlv2_math_hybrid_engine.sh"),
+                             "-o", str(out)])
+    text = out.read_text(encoding="utf-8")
+    assert "#   eval_n_samples_per_prompt: 4  (ignored:" in text and load_config(out).config.rollout.n_samples_per_prompt == 16
