@@ -26,6 +26,11 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
 _ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
                ast.Div: operator.truediv, ast.Mod: operator.mod}
 _CALLS = {"int": int, "float": float, "str": str, "min": min, "max": max, "bool": bool}
+_LARGEST = 10**15
+"""Operands beyond this are no batch size or step count: left unknown rather than computed (a crafted file must
+not make the import compute without end)."""
+_LONGEST = 100_000
+"""Longest string a concatenation may build."""
 
 
 class _Scope:
@@ -55,10 +60,15 @@ class _Scope:
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
             return _COMPARE[type(node.ops[0])](self.evaluate(node.left), self.evaluate(node.comparators[0]))
         if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
-            try:
-                return _ARITHMETIC[type(node.op)](self.evaluate(node.left), self.evaluate(node.right))
-            except (TypeError, ZeroDivisionError) as error:
-                raise _Unknown(ast.unparse(node)) from error
+            left, right = self.evaluate(node.left), self.evaluate(node.right)
+            numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right))
+            joined = isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str)
+            if (numbers and max(abs(left), abs(right)) <= _LARGEST) or (joined and len(left) + len(right) <= _LONGEST):
+                try:
+                    return _ARITHMETIC[type(node.op)](left, right)
+                except ZeroDivisionError as error:
+                    raise _Unknown(ast.unparse(node)) from error
+            raise _Unknown(ast.unparse(node))  # a sequence repeated, or numbers no setting holds
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             value = self.evaluate(node.operand)
             if isinstance(value, (int, float)):

@@ -100,7 +100,9 @@ class _Lexer:
                 self.pos += 1
                 words.append(char)
             else:
+                start = self.pos
                 word, array = self._word(splitting=True)
+                self.pos += self.pos == start  # a character no word starts with: skip it
                 if array is not None:
                     words.append(array)  # an array assignment NAME=( ... )
                 else:
@@ -197,8 +199,10 @@ class _Lexer:
                 self.pos += 1
                 break
             else:
+                start = self.pos
                 words, _ = self._word(splitting=True)
                 elements += words
+                self.pos += self.pos == start  # an operator inside the parentheses: skip it
         return elements
 
     def _double_quoted(self) -> list[str]:
@@ -358,6 +362,10 @@ _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.m
               ast.Mod: operator.mod, ast.Pow: operator.pow}
 
 
+_LARGEST = 10**15
+"""Operands beyond this are no launch script's numbers."""
+
+
 def arithmetic(expression: str, script: Script) -> str:
     """`$((expression))` with integer arithmetic; a bare name is a variable, as in bash."""
     def substitute(match: re.Match) -> str:
@@ -382,7 +390,10 @@ def _evaluate(node: ast.AST) -> int:
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if max(abs(left), abs(right)) > _LARGEST or (isinstance(node.op, ast.Pow) and not 0 <= right <= 64):
+            raise ValueError("no launch script's number")  # left unknown: a crafted script must not hang the import
+        return _OPERATORS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _evaluate(node.operand)
         return -value if isinstance(node.op, ast.USub) else value

@@ -72,3 +72,21 @@ def test_unknown_values_are_marked_and_positional_arguments_come_from_the_enviro
     assert words[:2] == ["--cp", "2"] and unknown_in(evaluate("python3 train.py --home $HOME\n").training_command()
                                                      .words[1]) == ["${HOME}"]
     assert words[-1] == "2"  # "$@"
+
+
+def test_malformed_scripts_end():
+    """Unbalanced quotes, parentheses, braces and arithmetic end the evaluation instead of looping."""
+    for text in ('python3 train.py --x "open', "X=( a b; python3 train.py ${X[@]", "${", "$((x", "X=$((1/0))",
+                 "if [ ; then python3 train.py --n 3; fi", "python3 train.py --n $(( ", "X=(\n--a 1 ) ) )"):
+        evaluate(text + "\n")
+
+
+def test_arithmetic_bombs_stay_unknown():
+    """A crafted script or launcher must not make the import compute without end."""
+    from fasync.python_launcher import config_keywords
+
+    script, _, words = _command("python3 train.py --a $((9**9**9)) --b $((2**10))\n")
+    assert words == ["--a", "$((9**9**9))", "--b", "1024"]
+    _, keywords = config_keywords("X = [1] * 10**9\nY = 'a' * 10**9\nZ = 9 ** 9 ** 9\nN = 4 * 8\n"
+                                  "GRPOConfig(a=X, b=Y, c=Z, n=N)\n", {})
+    assert keywords == {"n": 32}
