@@ -109,8 +109,18 @@ def read(framework: str, sources: list[str], environment: dict[str, str] | None 
     return source
 
 
+LARGEST_SOURCE = 10 * 1024 * 1024
+"""Bytes: no config or launch script is larger; a bigger file (or /dev/zero) is refused, not read."""
+MOST_SETTINGS = 100_000
+"""Flattened keys: more is a YAML alias bomb, not a config."""
+
+
 def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[str, Any]:
     try:
+        if not path.is_file():
+            raise ImportFailure(f"{path}: not a regular file (a device or a pipe); give a config file or a script")
+        if path.stat().st_size > LARGEST_SOURCE:
+            raise ImportFailure(f"{path}: {path.stat().st_size} bytes, larger than any config or launch script")
         raw = path.read_bytes()
     except OSError as error:
         raise ImportFailure(f"{path}: cannot be read ({error.strerror or error})") from None
@@ -166,14 +176,17 @@ def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[
     return _words_to_settings(command.words, source.framework.hydra)
 
 
-def _flatten(data: dict) -> dict[str, Any]:
+def _flatten(data: dict, prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
     """Dotted keys; an empty section (prime-rl's `[ckpt]`) is kept as its name with an empty mapping."""
-    out: dict[str, Any] = {}
+    out = {} if out is None else out
     for key, value in data.items():
+        name = f"{prefix}{key}"
         if isinstance(value, dict) and value:
-            out.update({f"{key}.{inner}": leaf for inner, leaf in _flatten(value).items()})
+            _flatten(value, f"{name}.", out)
         else:
-            out[str(key)] = value
+            out[name] = value
+            if len(out) > MOST_SETTINGS:
+                raise ImportFailure(f"more than {MOST_SETTINGS} settings: nested YAML aliases, not a config")
     return out
 
 

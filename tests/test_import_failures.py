@@ -122,3 +122,15 @@ def test_checking_a_toml_file_does_not_echo_it_whole(tmp_path):
     result = CliRunner().invoke(app, ["check", str(source)])
     message = next(line for line in result.output.splitlines() if "F009" in line)
     assert "a scalar of 93 characters ('max_steps = 500" in message and "max_async_level" not in message
+
+
+def test_a_device_a_huge_file_and_an_alias_bomb_are_refused(tmp_path):
+    _one_line_failure(_import("verl", "/dev/zero"), "not a regular file")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (11 * 1024 * 1024))
+    _one_line_failure(_import("verl", str(big)), "larger than any config")
+    bomb = tmp_path / "bomb.yaml"
+    levels = ["a0: &a0 {x: 1, y: 1, z: 1, w: 1, v: 1, u: 1, t: 1, s: 1, r: 1, q: 1}"]
+    levels += [f"a{i}: &a{i} {{" + ", ".join(f"k{j}: *a{i - 1}" for j in range(10)) + "}" for i in range(1, 9)]
+    bomb.write_text("\n".join(levels) + "\n")
+    _one_line_failure(_import("verl", str(bomb)), "aliases")
