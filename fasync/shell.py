@@ -37,8 +37,6 @@ class Command:
 @dataclass
 class Script:
     variables: dict[str, str | list[str]] = field(default_factory=dict)
-    unknown: dict[str, str] = field(default_factory=dict)
-    """Variable → why its value is unknown (never set, set by a command's output, from a sourced file)."""
     notes: list[str] = field(default_factory=list)
     """What the evaluation decided that the reader should know (the branch of an if)."""
     commands: list[Command] = field(default_factory=list)
@@ -167,7 +165,7 @@ class _Lexer:
                         current = []
                     fields += value
                     started = bool(value)
-                elif splitting and value.strip() != value or (splitting and " " in value and UNKNOWN not in value):
+                elif splitting and UNKNOWN not in value and value.split() != [value]:  # unquoted: split on blanks
                     pieces = value.split()
                     if pieces:
                         current.append(pieces[0])
@@ -320,7 +318,6 @@ def _parameter(script: Script, inner: str) -> str | list[str]:
     length, name, _, index, rest = match.groups()
     value = _value(script, name)
     if index in ("@", "*") and value is None:  # an array the script does not define (a sourced file's)
-        script.unknown.setdefault(name, "not set by the script")
         return []
     if index is not None and value is not None:
         elements = value if isinstance(value, list) else [value]
@@ -352,7 +349,6 @@ def _parameter(script: Script, inner: str) -> str | list[str]:
     elif rest == "^^":
         value = value.upper() if isinstance(value, str) else value
     if value is None:
-        script.unknown.setdefault(name, "not set by the script")
         return f"{UNKNOWN}${{{name}}}{UNKNOWN}"
     return value
 
@@ -372,7 +368,6 @@ def arithmetic(expression: str, script: Script) -> str:
         value = _value(script, match[0])
         value = value[0] if isinstance(value, list) and value else value
         if value is None or not re.fullmatch(r"\s*-?[0-9]+\s*", str(value)):
-            script.unknown.setdefault(match[0], "not set by the script")
             raise ValueError(match[0])
         return f"({value})"
 
@@ -510,10 +505,7 @@ def _statement(words: list, script: Script) -> None:
         script.notes.append(f"`source {' '.join(words[1:]).replace(UNKNOWN, '')}` is not read: the variables it "
                             "sets stay unknown")
         return
-    if program == "read":
-        for word in words[1:]:
-            if re.fullmatch(_NAME, word):
-                script.unknown[word] = "read from a command's output"
+    if program == "read":  # the variables it sets stay unset: unknown where they are used
         return
     _command([w for w in words if isinstance(w, str)], script)
 
@@ -527,8 +519,7 @@ def _assign(word, script: Script) -> None:
     append = name.endswith("+")
     name = name.rstrip("+")
     if UNKNOWN in value and re.fullmatch(rf"{UNKNOWN}\$\(.*\){UNKNOWN}", value, re.S):
-        script.unknown[name] = "set from a command's output"
-        script.variables.pop(name, None)
+        script.variables.pop(name, None)  # a command's output: unknown where it is used, named as a variable
         return
     previous = script.variables.get(name, "")
     script.variables[name] = (previous if isinstance(previous, str) else " ".join(previous)) + value if append \
