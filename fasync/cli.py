@@ -254,12 +254,16 @@ def import_(
                                                  "Python with a GRPOConfig(...), or hydra overrides and flags.")],
     out: Annotated[str | None, typer.Option("-o", "--out", help="Write the fasync config here "
                                             "(default: print it).")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", metavar="VAR=VALUE", help="A variable the launch "
+                                                  "script expects from its environment (repeatable); `1=...` "
+                                                  "sets a positional argument.")] = None,
 ) -> None:
     """Write a fasync config from another framework's settings, each value with its source, then lint it.
-    Exit as `fasync check` does on the result."""
+    Exit as `fasync check` does on the result; 1 when SOURCE cannot be read, holds a setting fasync does not
+    support, or nothing fasync recognises."""
     from fasync.commands import import_ as command
 
-    raise typer.Exit(command.run(framework.value, sources, out))
+    raise typer.Exit(command.run(framework.value, sources, out, env or []))
 
 
 @app.command()

@@ -118,16 +118,39 @@ def render_migrate_md() -> str:
          "depends on one of those values says so (`[assumed: ...]`). Hydra overrides (`+key=value`, `~key`) and "
          "argparse flags (`--rollout-batch-size`) are read as the keys they name."),
         "",
-        ("`fasync import FRAMEWORK SOURCE... [-o OUT]` writes the fasync config itself. FRAMEWORK is one of "
-         "`verl`, `slime`, `miles`, `areal`, `prime-rl`, `openrlhf`, `trl`; SOURCE is a YAML or TOML config, a "
-         "launch script or a command line (hydra `key=value`, `+key=value`, `~key`; argparse `--flag value`; "
-         "`NAME=value` variables and `$((...))` substituted), or Python with a `GRPOConfig(...)` call; later "
-         "sources override earlier ones. Every value gets a comment naming the source key and value; a converted "
-         "one shows the arithmetic (verl fully-async: `rollout.batch_size` = require_batches × "
-         "ppo_mini_batch_size prompts, `train.global_batch_size` = ppo_mini_batch_size × rollout.n samples, "
-         "`async.max_weight_staleness` = ceil(staleness_threshold)); what has no equivalent, or still needs a "
-         "conversion by hand, is listed under the config. The result is then linted like `fasync check`, with "
-         "the same exit codes (the migrated geometry often shows S001: several optimizer steps per drain)."),
+        ("`fasync import FRAMEWORK SOURCE... [--env VAR=VALUE]... [-o OUT]` writes the fasync config itself. "
+         "FRAMEWORK is one of `verl`, `slime`, `miles`, `areal`, `prime-rl`, `openrlhf`, `trl`; SOURCE is a YAML, "
+         "JSON or TOML config, a launch script, a Python launcher (the `--flag` strings it builds, or the keywords "
+         "of its `GRPOConfig(...)` / `AsyncGRPOConfig(...)`), or a command line (hydra `key=value`, `+key=value`, "
+         "`~key`; argparse `--flag value`, `--flag v1 v2`); later sources override earlier ones. Keys are matched "
+         "by their full path: a section that is not the policy's training (eval, critic, judge, reward model, "
+         "reference, vLLM's own settings) is listed as ignored, never mapped onto a training key. Every value gets "
+         "a comment naming the source key and value; a converted one shows the arithmetic (verl fully-async: "
+         "`rollout.batch_size` = require_batches × ppo_mini_batch_size prompts, `train.global_batch_size` = "
+         "ppo_mini_batch_size × rollout.n samples, `async.max_weight_staleness` = ceil(staleness_threshold)); "
+         "what has no equivalent, is not supported yet, or still needs a conversion by hand, is listed under the "
+         "config. The result is then linted like `fasync check`, with the same exit codes, except that an import "
+         "exits 1 with one line when it cannot stand for the source: a SOURCE that is missing, a directory, "
+         "unreadable, binary or malformed; a setting fasync does not support (a critic, a learned reward model, "
+         "GSPO, a step smaller than a prompt group); nothing the framework's table names; or a config that names no "
+         "data or no reward, which would otherwise train the built-in reverse task with exact_match (the line "
+         "names what to set and where the import looked). `-o` refuses a directory, a missing folder and its own "
+         "SOURCE."),
+        "",
+        ("**Launch scripts** are evaluated, not run (fasync/shell.py): `NAME=value`, `export`, `${VAR:-default}` "
+         "(nested, also `${VAR:=...}`, `${VAR,,}`), `$((arithmetic))` over the script's variables, arrays `X=( ... )` "
+         "and `\"${X[@]}\"`, quotes, comments and line continuations; the training command is found inside "
+         "`bash -c \"...\"`, `srun`, `ray job submit ... --`, `torchrun`, `accelerate launch` and `python -m`. An "
+         "`if`/`elif`/`else` takes the branch the script's own values select, and the config's header says which "
+         "(the first branch, said as such, where a condition needs a command's output). Loops, `source`, `read` "
+         "and `$(...)` are not run. `--env VAR=VALUE` supplies a variable the script expects from its environment "
+         "(`--env 1=...` a positional argument); a setting whose value depends on a variable that stays unknown is "
+         "not written, and the header names each such variable with the `--env` flag that sets it."),
+        "",
+        ("`tests/import_corpus/` holds 48 real, unmodified launch scripts and configs of the seven frameworks "
+         "(fully-async and one-step-off recipes among them) with the mode, geometry, staleness, kept values and "
+         "findings each defines, derived by hand from the framework's own code; `tests/test_import_corpus.py` "
+         "imports every one and compares (every file imports as expected, or fails as unsupported where it should)."),
         "",
         ("The other way, `fasync config show CONFIG --as FRAMEWORK` prints a fasync config's mode, batch geometry, "
          "staleness bound and sync interval in the framework's own syntax (hydra overrides for verl, flags for "
@@ -148,7 +171,9 @@ def render_migrate_md() -> str:
          "(OpenRLHF/OpenRLHF 3c3be62) and TRL (huggingface/trl f2cd577)."),
     ]
     for framework in FRAMEWORKS.values():
-        lines += ["", f"## {framework.display}", "", "| Key | fasync | How | Difference in meaning |", "|---|---|---|---|"]
+        lines += ["", f"## {framework.display}", "", f"**Mode.** {framework.modes}", "",
+                  f"**Defaults written explicitly.** {framework.defaults}", "",
+                  "| Key | fasync | How | Difference in meaning |", "|---|---|---|---|"]
         for row in framework.keys:
             targets = ", ".join(f"`{t}`" for t in row.targets) or "—"
             lines.append(f"| `{row.source}` | {targets} | {_HOW[row.kind]} | {_cell(row.note)} |")

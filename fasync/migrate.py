@@ -10,18 +10,16 @@ under the config.
 
 from __future__ import annotations
 
-import ast
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from fasync.config.fields import flatten
+from fasync import python_launcher, shell
 from fasync.diagnostics import show_value
-from fasync.frameworks import FRAMEWORKS, mappings_for, normalize
-from fasync.frameworks.common import CONVERTED, NONE, SAME, Expressed, Imported, Source
+from fasync.frameworks import FRAMEWORKS, normalize, row_for
+from fasync.frameworks.common import CONVERTED, NONE, SAME, Expressed, Imported, ImportFailure, Source
 
 # --- reading sources ---------------------------------------------------------------------------------------
 
@@ -37,34 +35,9 @@ def _scalar(text: str) -> Any:
         return text
 
 
-def _shell_words(text: str) -> tuple[list[str], str]:
-    """The words of a launch script or command line, with `NAME=value` variables substituted, and the Python
-    script it runs."""
-    text = re.sub(r"\\\n", " ", text)
-    variables: dict[str, str] = {}
-    words: list[str] = []
-    for line in text.splitlines():
-        line = line.split(" #")[0] if not line.lstrip().startswith("#") else ""
-        assignment = re.fullmatch(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*", line)
-        if assignment:
-            variables[assignment[1]] = _substitute(assignment[2].strip("\"'"), variables)
-            continue
-        try:
-            words += [_substitute(word, variables) for word in shlex.split(line)]
-        except ValueError:
-            words += line.split()
-    script = next((w for w in words if w.endswith(".py")), "")
-    return words, script
-
-
-def _substitute(word: str, variables: dict[str, str]) -> str:
-    word = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: variables.get(m[1], m[0]), word)
-    arithmetic = re.fullmatch(r"\$\(\(([0-9+\-*/() ]+)\)\)", word)
-    return str(eval(arithmetic[1].replace("/", "//"), {"__builtins__": {}})) if arithmetic else word  # noqa: S307
-
-
-def _words_to_settings(words: list[str]) -> dict[str, Any]:
-    """`--flag value`, `--flag=value`, `--flag` (true), hydra's `key=value`, `+key=value`, `~key`."""
+def _words_to_settings(words: list[str], hydra: bool) -> dict[str, Any]:
+    """`--flag value`, `--flag v1 v2` (a list), `--flag=value`, `--flag` (true), hydra's `key=value`,
+    `+key=value`, `~key`."""
     out: dict[str, Any] = {}
     index = 0
     while index < len(words):
@@ -72,13 +45,15 @@ def _words_to_settings(words: list[str]) -> dict[str, Any]:
         index += 1
         if word.startswith("--") and len(word) > 2:
             name, eq, value = word[2:].partition("=")
-            if not eq:
-                if index < len(words) and not words[index].startswith("--") and "=" not in words[index]:
-                    value = words[index]
-                    index += 1
-                else:
-                    value = "true"
-            out[name] = _scalar(value)
+            if eq:
+                out[name] = _scalar(value)
+                continue
+            values = []
+            while index < len(words) and not words[index].startswith("--") and not (
+                    hydra and "=" in words[index]):
+                values.append(_scalar(words[index]))
+                index += 1
+            out[name] = True if not values else values[0] if len(values) == 1 else values
         elif word.startswith("~"):
             out.pop(word[1:], None)
         elif "=" in word and re.match(r"\+{0,2}[A-Za-z_][\w.\-]*=", word):
@@ -87,59 +62,145 @@ def _words_to_settings(words: list[str]) -> dict[str, Any]:
     return out
 
 
-def _grpo_config_keywords(text: str) -> dict[str, Any]:
-    """The literal keywords of a `GRPOConfig(...)` call, or of a bare `key=value, ...` list."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        tree = ast.parse(f"GRPOConfig({text})")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")).endswith("Config"):
-            out = {}
-            for keyword in node.keywords:
-                try:
-                    out[keyword.arg] = ast.literal_eval(keyword.value)
-                except ValueError:
-                    continue
-            return out
-    return {}
+def _trl_settings(text: str, source: Source, environment: dict[str, str]) -> dict[str, Any]:
+    """The keywords of a `GRPOConfig(...)` / `AsyncGRPOConfig(...)` call, or, for a script driven by TrlParser
+    that sets none, the command line its docstring gives."""
+    source.script, keywords = python_launcher.config_keywords(text, environment)
+    if keywords:
+        return keywords
+    script = shell.evaluate(python_launcher.docstring(text), environment)
+    command = script.training_command()
+    if command is None:
+        return {}
+    source.script = command.program
+    return _words_to_settings(command.words, hydra=False)
 
 
-def read(framework: str, sources: list[str]) -> Source:
+def read(framework: str, sources: list[str], environment: dict[str, str] | None = None) -> Source:
     """Every SOURCE in order, later ones overriding earlier ones: files (YAML, TOML, a launch script, Python
-    with a GRPOConfig), else command-line words."""
+    with a GRPOConfig), else command-line words; `environment` holds the variables (`--env`) a launch script
+    expects. Raises ImportFailure for a SOURCE that cannot be read."""
     settings: dict[str, Any] = {}
-    script = ""
+    source = Source(FRAMEWORKS[framework])
     words: list[str] = []
     for item in sources:
         path = Path(item)
-        if path.is_file():
-            text = path.read_text(encoding="utf-8")
-            if path.suffix == ".toml":
-                import tomllib
-
-                settings.update(flatten(tomllib.loads(text)))
-            elif path.suffix in (".yaml", ".yml", ".json"):
-                settings.update(flatten(yaml.safe_load(text) or {}))
-            elif path.suffix == ".py" or "GRPOConfig(" in text:
-                settings.update(_grpo_config_keywords(text))
-            else:
-                found, script = _shell_words(text)
-                settings.update(_words_to_settings(found))
+        if path.is_dir():
+            raise ImportFailure(f"{item}: a directory; give a config file, a launch script or flags")
+        if path.exists():
+            settings.update(_read_file(path, source, environment or {}))
+        elif not item.startswith(("-", "+", "~")) and "=" not in item and (
+                "/" in item or path.suffix in (".sh", ".yaml", ".yml", ".json", ".toml", ".py", ".bash")):
+            raise ImportFailure(f"{item}: no such file")
         else:
             words.append(item)
     if words:
-        found, named = _shell_words(shlex.join(words) if len(words) > 1 else words[0])
-        settings.update(_words_to_settings(found))
-        script = script or named
-    source = Source(FRAMEWORKS[framework], script=script)
+        settings.update(_words_to_settings(words, source.framework.hydra))
     for written, value in settings.items():
-        rows = mappings_for(written.split("."), framework)
-        key = next((row.source for row in rows if row.framework == framework and not row.source.endswith("*")),
-                   normalize(written))
+        unknown = shell.unknown_in(value)
+        if unknown:
+            source.unresolved[written] = unknown
+            continue
+        row = row_for(framework, written)
+        key = row.source if row is not None and not row.source.endswith("*") else \
+            ".".join(normalize(part) for part in written.split("."))
         source.values[key] = value
         source.written[key] = written
     return source
+
+
+LARGEST_SOURCE = 10 * 1024 * 1024
+"""Bytes: no config or launch script is larger; a bigger file (or /dev/zero) is refused, not read."""
+MOST_SETTINGS = 100_000
+"""Flattened keys: more is a YAML alias bomb, not a config."""
+
+
+def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[str, Any]:
+    try:
+        if not path.is_file():
+            raise ImportFailure(f"{path}: not a regular file (a device or a pipe); give a config file or a script")
+        if path.stat().st_size > LARGEST_SOURCE:
+            raise ImportFailure(f"{path}: {path.stat().st_size} bytes, larger than any config or launch script")
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ImportFailure(f"{path}: cannot be read ({error.strerror or error})") from None
+    if b"\0" in raw[:65536]:
+        raise ImportFailure(f"{path}: a binary file, not a config or a launch script")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ImportFailure(f"{path}: not UTF-8 text (byte {error.start})") from None
+    if path.suffix == ".toml":
+        import tomllib
+
+        try:
+            settings = _flatten(tomllib.loads(text))
+        except tomllib.TOMLDecodeError as error:
+            raise ImportFailure(f"{path}: not valid TOML ({error})") from None
+        if source.framework.id == "prime-rl" and "batch_size" in settings and not any(
+                key.startswith("orchestrator.") for key in settings):
+            source.orchestrator_file = True  # the older orchestrator-only file: its keys are the orchestrator's
+            return {key if key in ("max_steps", "seq_len") or key.startswith("model.") else f"orchestrator.{key}":
+                    value for key, value in settings.items()}
+        return settings
+    if path.suffix in (".yaml", ".yml", ".json"):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f":{mark.line + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            kind = "JSON" if path.suffix == ".json" else "YAML"
+            raise ImportFailure(f"{path}{where}: not valid {kind} ({problem})") from None
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise ImportFailure(f"{path}: holds a {type(data).__name__}, not a mapping of settings")
+        return _resolve_references(_flatten(data))
+    source.variables.update(environment)
+    if path.suffix == ".py" or "GRPOConfig(" in text:
+        try:
+            if source.framework.id == "trl":
+                return _trl_settings(text, source, environment)
+            words, source.script = python_launcher.command_line(text, environment)
+            return _words_to_settings(words, source.framework.hydra)
+        except SyntaxError as error:
+            raise ImportFailure(f"{path}:{error.lineno}: not valid Python ({error.msg})") from None
+    script = shell.evaluate(text, environment)
+    source.notes += script.notes
+    source.variables.update({name: value for name, value in script.variables.items() if isinstance(value, str)})
+    command = script.training_command()
+    if command is None:
+        return {}
+    source.script = command.program
+    return _words_to_settings(command.words, source.framework.hydra)
+
+
+def _flatten(data: dict, prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Dotted keys; an empty section (prime-rl's `[ckpt]`) is kept as its name with an empty mapping."""
+    out = {} if out is None else out
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            _flatten(value, f"{name}.", out)
+        else:
+            out[name] = value
+            if len(out) > MOST_SETTINGS:
+                raise ImportFailure(f"more than {MOST_SETTINGS} settings: nested YAML aliases, not a config")
+    return out
+
+
+def _resolve_references(settings: dict[str, Any]) -> dict[str, Any]:
+    """A YAML value that is exactly `${other.key}` (OmegaConf, as AReaL writes) takes that key's value."""
+    resolved = dict(settings)
+    for key, value in settings.items():
+        seen = set()
+        while isinstance(value, str) and (match := re.fullmatch(r"\$\{([\w.]+)\}", value)) and match[1] in settings \
+                and match[1] not in seen:
+            seen.add(match[1])
+            value = settings[match[1]]
+        resolved[key] = value
+    return resolved
 
 
 # --- translating -------------------------------------------------------------------------------------------
@@ -149,22 +210,58 @@ def translate(source: Source) -> Imported:
     framework = source.framework
     converted = framework.import_into(source, out)
     by_hand = []
+    from_pairs: set[str] = set()
     for key, value in source.values.items():
-        rows = [r for r in mappings_for(key.split("."), framework.id) if r.framework == framework.id]
+        row = row_for(framework.id, key)
         written = source.written.get(key, key)
-        if not rows or rows[0].kind == NONE:
-            out.unmapped.append((written, value, rows[0].note if rows else "not in fasync's table"))
-        elif rows[0].kind == SAME:
-            for target in rows[0].targets:
-                if target not in out.values:
+        if key in converted:
+            continue
+        if row is None or row.kind == NONE:
+            out.unmapped.append((written, value, row.note if row else _not_in_table(written)))
+        elif row.kind == SAME and not _fits(row.targets, value):
+            out.unmapped.append((written, value, f"not one value fasync can hold: {row.note or 'set it by hand'}"))
+        elif row.kind == SAME:
+            for target in row.targets:
+                # A row naming one key (eps_clip_high) is more specific than one naming a pair (eps_clip).
+                if target not in out.values or (len(row.targets) == 1 and target in from_pairs):
                     out.set(target, value, f"{framework.display} {written}: {show_value(value)}")
-        elif rows[0].kind == CONVERTED and key not in converted:
-            by_hand.append((key, written, value, rows[0].note))
+                    from_pairs.discard(target)
+                    if len(row.targets) > 1:
+                        from_pairs.add(target)
+        elif row.kind == CONVERTED:
+            by_hand.append((key, written, value, row.note))
+    model_unresolved = any("model.path" in getattr(row_for(framework.id, key), "targets", ())
+                           for key in source.unresolved)
+    if out.values.get("rollout.engine", (None,))[0] == "vllm" and "model.path" not in out.values \
+            and not model_unresolved:
+        engine_why = out.values.pop("rollout.engine")[1]
+        out.unmapped.append(("rollout.engine", "vllm", f"{engine_why}; vLLM loads a Hugging Face model: set "
+                             "model.path, then rollout.engine: vllm"))
     # Last: the interval's conversion needs the geometry every other key has set.
     converted |= _checkpoint_interval(source, out)
     out.unmapped += [(written, value, f"converted by hand: {note}")
                      for key, written, value, note in by_hand if key not in converted]
     return out
+
+
+_NOT_TRAINING = ("eval", "val", "valid", "validation", "test", "critic", "judge", "reward_model", "ref",
+                 "teacher", "vllm", "sglang", "perf_tracer", "evaluator", "valid_dataset")
+"""Sections (and flag prefixes) that configure something besides the policy's training: reported as ignored."""
+
+
+def _not_in_table(written: str) -> str:
+    head = re.split(r"[.\-_]", normalize(written), maxsplit=1)[0]
+    section = normalize(written).split(".")[0]
+    for name in (section, head):
+        if name in _NOT_TRAINING:
+            return f"ignored: `{name}` configures something besides the policy's training"
+    return "not in fasync's table"
+
+
+def _fits(targets: tuple[str, ...], value: Any) -> bool:
+    """A list (verl's several train_files) or a mapping cannot be a scalar key's value."""
+    scalar_lists = {"logging.backends", "correction.reject_token_ratio", "correction.reject_sequence_ratio"}
+    return not isinstance(value, (list, dict)) or all(target in scalar_lists for target in targets)
 
 
 def _checkpoint_interval(source: Source, out: Imported) -> set[str]:
@@ -174,7 +271,13 @@ def _checkpoint_interval(source: Source, out: Imported) -> set[str]:
     steps = _steps_per_rollout(out) if key is not None else None
     if steps is None:
         return set()
-    every = source.get(key) * steps
+    interval = source.get(key)
+    if interval is not None and not isinstance(interval, int):
+        return set()
+    if interval is None or interval <= 0:
+        out.set("checkpoint.every", 0, f"{source.cite(key)}: never")
+        return {key}
+    every = interval * steps
     out.set("checkpoint.every", every, f"{source.cite(key)} rollouts × {steps} optimizer "
             f"step{'s' * (steps != 1)} per rollout = {every} optimizer steps")
     return {key}
@@ -208,30 +311,77 @@ def _yaml(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
 
 
-def render(framework: str, sources: list[str], imported: Imported) -> str:
+def _comment(text: Any) -> str:
+    """Foreign text made safe for a YAML comment: a line break in a key or value must not start a live line."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+
+
+def render(framework: str, sources: list[str], imported: Imported, source: Source | None = None) -> str:
     """The fasync config as YAML, each value with a comment naming where it came from."""
-    lines = [f"# Imported by `fasync import {framework} {' '.join(sources)}`: each value names the "
-             f"{FRAMEWORKS[framework].display} setting it came from."]
+    lines = [_comment(f"# Imported by `fasync import {framework} {' '.join(sources)}`: each value names the "
+                      f"{FRAMEWORKS[framework].display} setting it came from.")]
+    if source is not None:
+        lines += [f"# {_comment(note)}" for note in source.notes]
+        if source.unresolved:
+            lines.append(_comment(f"# Not imported: their values depend on what the script does not say"
+                                  f"{_unknown_hint(source)}:"))
+            lines += [f"#   {_comment(key)}: {_comment(' '.join(map(str, value)) if isinstance(value, list) else value)}"
+                      for key, value in ((k, [shell.shown(v) for v in vs]) for k, vs in source.unresolved.items())]
     values = dict(sorted(imported.values.items(), key=lambda kv: (kv[0] != "mode", kv[0])))
     section = None
     for key, (value, why) in values.items():
         head, _, name = key.partition(".")
         if not name:
-            lines.append(f"{head}: {_yaml(value)}  # {why}")
+            lines.append(f"{head}: {_yaml(value)}  # {_comment(why)}")
             continue
         if head != section:
             lines.append(f"{head}:")
             section = head
-        lines.append(f"  {name}: {_yaml(value)}  # {why}")
+        lines.append(f"  {name}: {_yaml(value)}  # {_comment(why)}")
     if imported.unmapped:
         lines += ["", f"# No fasync equivalent ({len(imported.unmapped)}):"]
-        lines += [f"#   {key}: {show_value(value)}  ({why})" for key, value, why in imported.unmapped]
+        lines += [_comment(f"#   {key}: {show_value(value)}  ({why})") for key, value, why in imported.unmapped]
     return "\n".join(lines) + "\n"
 
 
-def import_config(framework: str, sources: list[str]) -> tuple[str, Imported]:
-    imported = translate(read(framework, sources))
-    return render(framework, sources, imported), imported
+def import_config(framework: str, sources: list[str],
+                  environment: dict[str, str] | None = None) -> tuple[str, Imported]:
+    """The config's text and what it holds; ImportFailure when nothing in SOURCE is recognised."""
+    source = read(framework, sources, environment)
+    imported = translate(source)
+    recognised = [key for key in source.values if (row := row_for(framework, key)) and row.kind != NONE]
+    if not recognised:
+        looked = ", ".join(row.source for row in FRAMEWORKS[framework].keys if row.kind != NONE)[:200]
+        raise ImportFailure(f"{' '.join(sources)}: no {FRAMEWORKS[framework].display} setting found "
+                            f"(looked for {looked}, ...)" + _unknown_hint(source))
+    return render(framework, sources, imported, source), imported
+
+
+def missing_task(framework: str, imported: Imported) -> str | None:
+    """What the imported config lacks to train the source's task, as one sentence naming where the import
+    looked; None when it has both data and a reward. (Without them it would train fasync's built-in reverse
+    task with exact_match.)"""
+    display, frameworks = FRAMEWORKS[framework].display, FRAMEWORKS[framework]
+    needed = []
+    if "data.path" not in imported.values:
+        looked = ", ".join(frameworks.data_keys) or f"no {display} setting names a dataset file"
+        needed.append(f"data.path (looked for {looked})")
+    if "reward.function" not in imported.values:
+        looked = ", ".join(frameworks.reward_keys)
+        needed.append(f"reward.function ({display}'s reward, {looked}, has no fasync equivalent yet)")
+    if not needed:
+        return None
+    trains = "fasync's built-in reverse task" if "data.path" not in imported.values else "its data"
+    return f"set {' and '.join(needed)}: as written, the config trains {trains} scored by exact_match"
+
+
+def _unknown_hint(source: Source) -> str:
+    names = sorted({shell.shown(part) for parts in source.unresolved.values() for part in parts})
+    variables = [name[2:-1] for name in names if re.fullmatch(r"\$\{\w+\}", name)]
+    if not names:
+        return ""
+    hint = f"; unknown: {', '.join(names)}"
+    return hint + (f" (set with {' '.join(f'--env {v}=VALUE' for v in variables)})" if variables else "")
 
 
 # --- the other way: a fasync config in a framework's terms --------------------------------------------------
@@ -267,7 +417,8 @@ def render_expressed(out: Expressed, config_name: str) -> str:
         body = top + [line for section, lines in sections.items() for line in ("", f"[{section}]", *lines)]
     elif out.entry == "python":
         arguments = ", ".join(f"{key}={value!r}" for key, value, _ in out.settings)
-        body = ["from trl import GRPOConfig", f"args = GRPOConfig(output_dir='out', {arguments})"]
+        module = "trl.experimental.async_grpo" if out.config_class != "GRPOConfig" else "trl"
+        body = [f"from {module} import {out.config_class}", f"args = {out.config_class}(output_dir='out', {arguments})"]
     else:
         hydra = out.framework.hydra
         words = [f"{key}={_hydra(value)}" if hydra else f"--{key} {_flag(value)}".rstrip()

@@ -221,7 +221,9 @@ def read_layer(path: Path, file: str, named_at: Location | None) -> tuple[Layer 
     except RecursionError:
         return None, [report(problems.YAML_SYNTAX, "the document is nested too deeply", Location(file, 1, 1))]
     if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else f"the scalar {data!r}"
+        shown = repr(data)
+        kind = "a list" if isinstance(data, list) else f"the scalar {shown}" if len(shown) <= 60 else \
+            f"a scalar of {len(str(data))} characters ({shown[:40]}...)"  # not a whole file echoed back
         return None, [report(problems.NOT_A_MAPPING, f"the top level of `{file}` is {kind}, not a mapping",
                              Location(file, 1, 1), help=_toml(path, text) or "a config is `key: value` pairs, e.g. "
                              "`mode: sync`")]

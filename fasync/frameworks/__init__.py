@@ -59,6 +59,22 @@ def mappings_for(path: Iterable[str], framework: str | None = None) -> list[KeyM
     return [row for score, row in scored if score == best]
 
 
+def row_for(framework: str, key: str) -> KeyMapping | None:
+    """`framework`'s row for the key at its full dotted path (normalised): the row naming it, else the
+    innermost section row (`critic.*`) above it; None when its table says nothing of it. Never a row that only
+    shares the last component (`eval.n_samples_per_prompt` is not `rollout.n_samples_per_prompt`)."""
+    key = ".".join(normalize(part) for part in key.split("."))
+    rows = {row.source: row for row in FRAMEWORKS[framework].keys}
+    if key in rows:
+        return rows[key]
+    parts = key.split(".")
+    for length in range(len(parts) - 1, 0, -1):
+        section = ".".join(parts[:length]) + ".*"
+        if section in rows:
+            return rows[section]
+    return None
+
+
 def detect(paths: Iterable[tuple[str, ...]]) -> str | None:
     """The framework whose table names at least three of these key paths and two thirds of those any table
     names, or None (a handful of habits from several frameworks is no framework's config)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fasync.frameworks.common import (
     CONVERTED,
     NESTED,
@@ -10,12 +12,14 @@ from fasync.frameworks.common import (
     Expressed,
     Framework,
     Imported,
+    ImportFailure,
     Source,
     geometry,
 )
 
 ROWS = [
     ("train_dataset.batch_size", "rollout.batch_size", SAME, "prompts per training step: a fasync drain."),
+    ("train_dataset.path", "data.path", SAME, "a JSONL file of prompt/label objects in fasync."),
     ("gconfig.n_samples", "rollout.n_samples_per_prompt", SAME),
     ("gconfig.max_new_tokens", "rollout.max_new_tokens", SAME),
     ("gconfig.temperature", "rollout.temperature", SAME),
@@ -28,7 +32,10 @@ ROWS = [
     ("actor.optimizer.gradient_clipping", "train.grad_clip", SAME),
     ("actor.eps_clip", ("train.clip_eps_low", "train.clip_eps_high"), SAME),
     ("actor.eps_clip_higher", "train.clip_eps_high", SAME),
-    ("actor.kl_ctl", "train.kl_coef", SAME),
+    ("actor.kl_ctl", (), NONE, "AReaL folds kl_ctl × (old − reference logprobs) into the per-token reward; "
+     "fasync's train.kl_coef is a loss term, another objective: no equivalent."),
+    ("actor.reward_norm.std_level", "train.normalize_advantage_std", CONVERTED,
+     "null: the group baseline without dividing by the std (normalize_advantage_std false)."),
     ("actor.path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
     ("actor.recompute_logprob", "correction.ratio_anchor", CONVERTED,
      "recomputed logprobs as the PPO ratio's anchor are `ratio_anchor: recompute`."),
@@ -67,11 +74,27 @@ ROWS = [
 
 
 def import_into(source: Source, out: Imported) -> set[str]:
-    out.set("mode", "fully_async", "AReaL streams rollouts and syncs weights after every step")
+    """AReaL streams, except colocated (`|` in allocation_mode), where generation and training take turns."""
+    if source.get("critic.is_critic"):
+        raise ImportFailure(f"not supported: a critic ({source.cite('critic.is_critic')}): PPO with a value model, "
+                            "which fasync does not have")
+    colocated = "|" in str(source.get("allocation_mode", "")) or bool(source.get("actor.colocated"))
+    if colocated:
+        out.set("mode", "sync", f"{source.cite('allocation_mode')}: colocated, generation and training take turns")
+        out.set("async.max_weight_staleness", None, "colocated: on-policy")
+    else:
+        out.set("mode", "fully_async", "AReaL streams rollouts and syncs weights after every step")
+    if "actor.reward_norm.std_level" in source.values and source.get("actor.reward_norm.std_level") is None:
+        out.set("train.normalize_advantage_std", False, f"{source.cite('actor.reward_norm.std_level')}: the group "
+                "mean is subtracted, the std not divided")
+    _resources(source, out, colocated)
     decoupled = source.get("actor.use_decoupled_loss")
     if decoupled:
         out.set("correction.ratio_anchor", "proximal", f"{source.cite('actor.use_decoupled_loss')}: decoupled PPO")
         out.set("correction.level", "token", "decoupled PPO's behaviour importance weight")
+        if "actor.behav_imp_weight_cap" in source.values:
+            out.set("correction.weight_upper", float(source.get("actor.behav_imp_weight_cap")),
+                    source.cite("actor.behav_imp_weight_cap"))
     elif source.get("actor.recompute_logprob"):
         out.set("correction.ratio_anchor", "recompute", source.cite("actor.recompute_logprob"))
     concurrent = source.get("rollout.max_concurrent_rollouts")
@@ -92,7 +115,37 @@ def import_into(source: Source, out: Imported) -> set[str]:
         trackers["tensorboard"] = source.cite("stats_logger.tensorboard.path")
     out.set_trackers(trackers)
     return {"actor.use_decoupled_loss", "actor.recompute_logprob", "rollout.max_concurrent_rollouts",
+            "allocation_mode", "cluster.n_nodes", "cluster.n_gpus_per_node", "actor.reward_norm.std_level",
+            *(("rollout.max_head_offpolicyness",) if colocated else ()),
             "actor.rejection_sampling.upper", "stats_logger.wandb.mode", "stats_logger.tensorboard.path"}
+
+
+def _resources(source: Source, out: Imported, colocated: bool) -> None:
+    """allocation_mode `engine:dDpPtT+trainer:dN` (`|` colocated): D engines of P × T GPUs, N trainer ranks;
+    the cluster's GPUs from cluster.n_nodes × n_gpus_per_node."""
+    mode = str(source.get("allocation_mode", ""))
+    parts = [part for part in re.split(r"[+|]", mode) if part]
+    if parts:
+        engine, _, layout = parts[0].rpartition(":")
+        degrees = dict(re.findall(r"([dpt])(\d+)", layout))
+        engines, per_engine = int(degrees.get("d", 1)), int(degrees.get("p", 1)) * int(degrees.get("t", 1))
+        out.set("resources.num_rollout_engines", engines, f"{source.cite('allocation_mode')}: d{engines}")
+        out.set("resources.gpus_per_engine", per_engine, f"{source.cite('allocation_mode')}: p × t")
+        name = engine.split("[")[0]
+        out.set("rollout.engine", "vllm", source.cite("allocation_mode") + (
+            "" if name == "vllm" else f": {name or 'SGLang'}, which fasync does not have; vLLM is fasync's "
+            "tensor-parallel server engine"))
+        trainer = dict(re.findall(r"([dpt])(\d+)", parts[1].rpartition(":")[2])) if len(parts) > 1 else {}
+        if trainer:
+            out.set("resources.trainer_ranks", int(trainer.get("d", 1)), f"{source.cite('allocation_mode')}: the "
+                    "trainer's data-parallel degree")
+            out.set("resources.gpus_per_trainer_rank", 1, "one GPU per trainer rank")
+    out.set("resources.colocate", colocated, source.cite("allocation_mode"))
+    if "cluster.n_gpus_per_node" in source.values:
+        nodes, per_node = source.get("cluster.n_nodes", 1), source.get("cluster.n_gpus_per_node")
+        out.set("resources.num_gpus", nodes * per_node, f"{source.cite('cluster.n_nodes', 1)} × "
+                f"{source.cite('cluster.n_gpus_per_node')}")
+        out.set("resources.gpus_per_node", per_node, source.cite("cluster.n_gpus_per_node"))
 
 
 def express(cfg, derived) -> Expressed:
@@ -107,4 +160,13 @@ def express(cfg, derived) -> Expressed:
     return out
 
 
-FRAMEWORK = Framework("areal", "AReaL", ROWS, import_into, express, rollout_checkpoint_keys=("saver.freq_steps",))
+FRAMEWORK = Framework("areal", "AReaL", ROWS, import_into, express, rollout_checkpoint_keys=("saver.freq_steps",),
+                      data_keys=("train_dataset.path",), reward_keys=("the reward function of its Python entry point",),
+                      modes=("AReaL streams: `fully_async` with `rollout.max_head_offpolicyness` as the bound, except "
+                             "a colocated allocation (`|` in `allocation_mode`, or `actor.colocated`), where "
+                             "generation and training take turns: `sync`."),
+                      defaults=("`allocation_mode` `engine:dDpPtT+trainer:dN` gives D engines of P × T GPUs and N "
+                                "trainer ranks; SGLang becomes vLLM, fasync's tensor-parallel engine; "
+                                "`cluster.n_nodes` × `n_gpus_per_node` GPUs; `reward_norm.std_level: null` is "
+                                "`train.normalize_advantage_std: false`; a critic (`critic.is_critic`) is refused as "
+                                "not supported; `kl_ctl` is a reward penalty with no equivalent."))

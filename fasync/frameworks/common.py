@@ -61,6 +61,15 @@ class Framework:
     `checkpoint.every` counts optimizer steps."""
     hydra: bool = False
     """Its command line takes hydra `key=value` overrides, not argparse `--flag value`."""
+    data_keys: tuple[str, ...] = ()
+    """Where its settings name the training data (what `fasync import` looks for, and says it looked for)."""
+    modes: str = ""
+    """How `fasync import` tells the mode from the entry point, the config class or the settings (docs/migrate.md)."""
+    defaults: str = ""
+    """The framework's defaults that differ from fasync's, which `fasync import` writes explicitly (docs/migrate.md)."""
+    reward_keys: tuple[str, ...] = ()
+    """Where its settings name the reward; fasync has no equivalent of these yet, so an import always asks for
+    `reward.function`."""
     keys: tuple[KeyMapping, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +82,11 @@ class Framework:
 
 # --- importing -------------------------------------------------------------------------------------------
 
+class ImportFailure(Exception):
+    """`fasync import` cannot write a faithful config: a SOURCE it cannot read, a setting fasync does not
+    support, or nothing it recognises. The message is one line, fit to print as is (exit 1)."""
+
+
 @dataclass
 class Source:
     """A framework's settings, by the table's spelling of each key, with where each came from."""
@@ -82,7 +96,16 @@ class Source:
     written: dict[str, str] = field(default_factory=dict)
     """Table key → the key as written (`--rollout-batch-size`, `actor_rollout_ref.rollout.n`)."""
     script: str = ""
-    """The Python entry point a launch script runs (slime's train_async.py), if any."""
+    """The Python entry point a launch script runs (slime's train_async.py, verl.trainer.main_ppo), if any."""
+    unresolved: dict[str, list[str]] = field(default_factory=dict)
+    """Key as written → the unknown variables or command outputs its value depends on."""
+    notes: list[str] = field(default_factory=list)
+    """What reading the source decided (the branch of an if), for the reader."""
+    orchestrator_file: bool = False
+    """prime-rl: an orchestrator-only file of the older layout, its keys at the top level."""
+    variables: dict[str, str] = field(default_factory=dict)
+    """A launch script's variables (its exports among them) where its training program reads them from the
+    environment (OpenRLHF's OPENRLHF_ASYNC_QUEUE_SIZE)."""
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
@@ -124,6 +147,8 @@ class Expressed:
     """(key as the framework writes it, value, the fasync quantity it carries)."""
     missing: list[str] = field(default_factory=list)
     """What the framework cannot say of this config: reading it back with `fasync import` gives another run."""
+    config_class: str = "GRPOConfig"
+    """For a Python entry (TRL): the config class the settings are keywords of."""
 
     def put(self, key: str, value: Any, why: str) -> None:
         self.settings.append((key, value, why))

@@ -26,9 +26,16 @@ def express(cfg, derived) -> Expressed:
             out.missing.append("no staleness bound: miles's max_weight_staleness is always a number")
         else:
             out.put("max-weight-staleness", bound, "async.max_weight_staleness")
-        if cfg.async_.partial_rollout:  # a store_true flag: absent is false
-            out.put("partial-rollout", True, "async.partial_rollout")
+        if not cfg.async_.partial_rollout:
+            out.missing.append("fully_async without partial rollout: miles' pause modes (retract, in_place) both "
+                               "continue requests in flight across a weight update")
     return out
 
 
-FRAMEWORK = Framework("miles", "miles", ROWS, slime.import_into, express, rollout_checkpoint_keys=("save_interval",))
+FRAMEWORK = Framework("miles", "miles", ROWS, slime.import_into, express, rollout_checkpoint_keys=("save_interval",),
+                      data_keys=slime.FRAMEWORK.data_keys, reward_keys=slime.FRAMEWORK.reward_keys,
+                      modes=slime.MODES, defaults=slime.DEFAULTS + (
+                          " miles: `--pause-generation-mode` retract (the default) and in_place both continue "
+                          "requests in flight across a weight update, so a fully-async miles run has "
+                          "`async.partial_rollout: true`; without `--max-weight-staleness` its staleness is "
+                          "unbounded."))

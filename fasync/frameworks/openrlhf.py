@@ -11,6 +11,7 @@ from fasync.frameworks.common import (
     Expressed,
     Framework,
     Imported,
+    ImportFailure,
     Source,
     geometry,
 )
@@ -77,12 +78,21 @@ ROWS = [
     ("algo.advantage.is_correction_threshold", "correction.weight_upper", CONVERTED, "the upper of its two bounds."),
     ("train.seed", "train.seed", SAME),
     ("critic.*", (), NONE, NO_CRITIC),
+    ("entropy_loss_coef", "train.entropy_coef", SAME),
+    ("dynamic_filtering", "rollout.dynamic_sampling", CONVERTED, "drops groups whose rewards are all equal."),
+    ("eps_clip_low_high", ("train.clip_eps_low", "train.clip_eps_high"), CONVERTED, "two values: low, high."),
     ("actor.model_name_or_path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
     ("pretrain", "model.path", SAME, "fasync loads local directories only, never a hub name."),
+    ("prompt_data", "data.path", SAME, "a JSONL file of prompt/label objects in fasync (a hub dataset name is not)."),
+    ("input_key", "data.prompt_key", SAME),
+    ("label_key", "data.label_key", SAME),
 ]
 
 
 def import_into(source: Source, out: Imported) -> set[str]:
+    """train_ppo_ray.py's defaults (advantage_estimator gae, a critic: refused; n_samples_per_prompt 1,
+    eps_clip 0.2); vLLM engines always; --async_train gives vLLM its own GPUs even with --colocate_all_models."""
+    _refuse_unsupported(source)
     partial = source.get("train.partial_rollout_enable") or source.get("partial_rollout_enable")
     asynchronous = source.get("train.async_enable") or source.get("async_train")
     if partial:
@@ -90,10 +100,35 @@ def import_into(source: Source, out: Imported) -> set[str]:
         out.set("async.partial_rollout", True, "train.partial_rollout_enable")
     else:
         out.set("mode", "async" if asynchronous else "sync",
-                "train.async_enable: whole rollouts overlap training" if asynchronous else "OpenRLHF trains synchronously")
+                f"{source.cite('async_train')}: whole rollouts overlap training" if asynchronous
+                else "OpenRLHF trains synchronously")
     if asynchronous or partial:
-        queue = source.get("train.async_queue_size", 1)
-        out.set("async.max_weight_staleness", queue, f"{source.cite('train.async_queue_size', 1)} rollouts ahead")
+        queue_key = "train.async_queue_size" if "train.async_queue_size" in source.values else "async_queue_size"
+        if queue_key in source.values:
+            queue, why = source.get(queue_key), source.cite(queue_key)
+        elif "OPENRLHF_ASYNC_QUEUE_SIZE" in source.variables:
+            queue = int(source.variables["OPENRLHF_ASYNC_QUEUE_SIZE"])
+            why = f"OPENRLHF_ASYNC_QUEUE_SIZE={queue} (exported by the script)"
+        else:
+            queue, why = 1, "async_queue_size 1 (the OpenRLHF default)"
+        out.set("async.max_weight_staleness", queue, f"{why}: rollouts queued ahead of the trainer")
+    estimator = source.get("advantage_estimator", source.get("algo.advantage.estimator"))
+    if estimator == "group_norm":
+        out.set("train.advantage_estimator", "grpo", f"{source.cite('advantage_estimator')}: GRPO's group norm")
+    elif estimator == "reinforce_baseline":
+        out.set("train.advantage_estimator", "grpo", f"{source.cite('advantage_estimator')}: OpenRLHF subtracts "
+                "the group mean, then normalises over the batch; the nearest in fasync is grpo")
+    out.set("rollout.n_samples_per_prompt", source.get("n_samples_per_prompt", source.get(
+        "rollout.n_samples_per_prompt", 1)), source.cite("n_samples_per_prompt", 1))
+    _clip(source, out)
+    if source.get("use_kl_loss") and "init_kl_coef" in source.values:
+        out.set("train.kl_coef", source.get("init_kl_coef"), f"{source.cite('use_kl_loss')} with "
+                f"{source.cite('init_kl_coef')}")
+    if source.get("dynamic_filtering"):
+        out.set("rollout.dynamic_sampling", True, source.cite("dynamic_filtering"))
+    _correction(source, out, bool(asynchronous or partial))
+    _resources(source, out, colocate=bool(source.get("colocate_all_models") or source.get("train.colocate_all"))
+               and not (asynchronous or partial))
     trackers = {}
     if source.get("use_wandb"):
         trackers["wandb"] = source.cite("use_wandb")
@@ -101,7 +136,75 @@ def import_into(source: Source, out: Imported) -> set[str]:
         trackers["tensorboard"] = source.cite("use_tensorboard")
     out.set_trackers(trackers)
     return {"train.partial_rollout_enable", "partial_rollout_enable", "train.async_enable", "async_train",
-            "train.async_queue_size", "use_wandb", "use_tensorboard"}
+            "train.async_queue_size", "async_queue_size", "use_wandb", "use_tensorboard", "advantage_estimator",
+            "n_samples_per_prompt", "eps_clip_low_high", "actor.eps_clip_low_high", "use_kl_loss", "init_kl_coef",
+            "dynamic_filtering", "enable_vllm_is_correction", "vllm_enable_is_correction",
+            "vllm_is_truncated_threshold", "vllm_is_correction_type", "use_icepop", "actor_num_nodes",
+            "actor_num_gpus_per_node", "vllm_num_engines", "vllm_tensor_parallel_size", "colocate_all_models"}
+
+
+def _refuse_unsupported(source: Source) -> None:
+    estimator = source.get("advantage_estimator", source.get("algo.advantage.estimator", "gae"))
+    reasons = []
+    if estimator == "gae" or any(key.startswith("critic_num") for key in source.values):
+        reasons.append(f"PPO with a critic ({source.cite('advantage_estimator', 'gae')}); fasync has no value model")
+    elif estimator not in ("group_norm", "reinforce_baseline"):
+        reasons.append(f"{source.cite('advantage_estimator')} advantages")
+    if source.get("reward_pretrain"):
+        reasons.append(f"a learned reward model ({source.cite('reward_pretrain')}); fasync rewards are functions "
+                       "of the completion and the label")
+    if reasons:
+        raise ImportFailure("not supported: " + "; ".join(reasons))
+
+
+def _clip(source: Source, out: Imported) -> None:
+    pair_key = next((k for k in ("eps_clip_low_high", "actor.eps_clip_low_high") if k in source.values), None)
+    pair = source.get(pair_key) if pair_key else None
+    if isinstance(pair, list) and len(pair) == 2:
+        out.set("train.clip_eps_low", float(pair[0]), f"{source.cite(pair_key)}: the first value")
+        out.set("train.clip_eps_high", float(pair[1]), f"{source.cite(pair_key)}: the second value")
+
+
+def _correction(source: Source, out: Imported, asynchronous: bool) -> None:
+    """vLLM importance-sampling correction: `--enable_vllm_is_correction` with the truncation interval
+    `--vllm_is_truncated_threshold` (default 0.5 5.0), and ICEPOP (`--use_icepop`, `--vllm_is_correction_type
+    icepop`), which zeroes the weights outside it; the older `--vllm_enable_is_correction` had one cap, 2."""
+    newer = source.get("enable_vllm_is_correction")
+    if newer or source.get("vllm_enable_is_correction") or source.get("use_icepop"):
+        key = "enable_vllm_is_correction" if newer else "vllm_enable_is_correction"
+        out.set("correction.level", "token", source.cite(key if key in source.values else "use_icepop"))
+        threshold = source.get("vllm_is_truncated_threshold", [0.5, 5.0] if newer or source.get("use_icepop") else 2.0)
+        bounds = [float(v) for v in threshold] if isinstance(threshold, list) else [0.0, float(threshold)]
+        out.set("correction.weight_upper", bounds[-1],
+                source.cite("vllm_is_truncated_threshold", threshold))
+        if source.get("use_icepop") or source.get("vllm_is_correction_type") == "icepop":
+            out.set("correction.reject_token_ratio", bounds if len(bounds) == 2 else [0.0, bounds[-1]],
+                    "ICEPOP: tokens whose weight leaves the interval are dropped")
+    elif asynchronous:
+        out.set("correction.ratio_anchor", "recompute", "OpenRLHF recomputes the old logprobs with the actor")
+
+
+def _resources(source: Source, out: Imported, colocate: bool) -> None:
+    nodes = source.get("actor_num_nodes", source.get("actor.num_nodes", 1))
+    per_node = source.get("actor_num_gpus_per_node", source.get("actor.num_gpus_per_node", 8))
+    engines = source.get("vllm_num_engines", source.get("vllm.num_engines"))
+    tp = source.get("vllm_tensor_parallel_size", source.get("vllm.tensor_parallel_size", 1))
+    trainer = nodes * per_node
+    out.set("resources.trainer_ranks", trainer, f"{source.cite('actor_num_nodes', 1)} × "
+            f"{source.cite('actor_num_gpus_per_node', 8)}")
+    out.set("resources.gpus_per_trainer_rank", 1, "one GPU per actor rank")
+    out.set("resources.colocate", colocate, f"{source.cite('colocate_all_models', False)}" +
+            ("" if colocate or not source.get("colocate_all_models") else
+             ": with --async_train OpenRLHF gives vLLM its own GPUs"))
+    rollout = 0
+    if engines:
+        rollout = engines * tp
+        out.set("rollout.engine", "vllm", "OpenRLHF generates with vLLM")
+        out.set("resources.num_rollout_engines", engines, source.cite("vllm_num_engines"))
+        out.set("resources.gpus_per_engine", tp, source.cite("vllm_tensor_parallel_size", 1))
+    out.set("resources.num_gpus", trainer if colocate else trainer + rollout,
+            f"{trainer} actor GPUs" + ("" if colocate else f" + {rollout} vLLM GPUs"))
+    out.set("resources.gpus_per_node", max(per_node, 8), "nodes of at least 8 GPUs")
 
 
 def express(cfg, derived) -> Expressed:
@@ -110,6 +213,11 @@ def express(cfg, derived) -> Expressed:
     out.put("rollout.batch_size", prompts, "rollout.batch_size")
     out.put("rollout.n_samples_per_prompt", n, "rollout.n_samples_per_prompt")
     out.put("train.batch_size", per_step, "samples per optimizer step")
+    if cfg.train.advantage_estimator == "grpo":
+        out.put("algo.advantage.estimator", "group_norm", "train.advantage_estimator grpo")
+    else:
+        out.missing.append(f"train.advantage_estimator {cfg.train.advantage_estimator}: OpenRLHF's baselines "
+                           "differ (its default, gae, needs a critic)")
     out.note_trimmed_samples(derived)
     out.note_sync_every_step(interval)
     if cfg.mode == "sync":
@@ -127,4 +235,15 @@ def express(cfg, derived) -> Expressed:
 
 
 FRAMEWORK = Framework("openrlhf", "OpenRLHF", ROWS, import_into, express,
-                      rollout_checkpoint_keys=("ckpt.save_steps", "save_steps"))
+                      rollout_checkpoint_keys=("ckpt.save_steps", "save_steps"),
+                      data_keys=("prompt_data", "data.prompt_data"),
+                      reward_keys=("remote_rm_url", "agent_func_path", "reward.remote_url"),
+                      modes=("`--async_train` (`train.async_enable`) is `async`, its bound `--async_queue_size` (or "
+                             "the script's `OPENRLHF_ASYNC_QUEUE_SIZE`, default 1); partial rollout is `fully_async` "
+                             "with `async.partial_rollout`; otherwise `sync`."),
+                      defaults=("`advantage_estimator` defaults to gae (a critic) and `--reward_pretrain` is a learned "
+                                "reward model: both refused as not supported; group_norm and reinforce_baseline are "
+                                "read as grpo; `n_samples_per_prompt` 1; vLLM engines; `--colocate_all_models` "
+                                "shares the GPUs only without `--async_train`; `--enable_vllm_is_correction` "
+                                "truncates at [0.5, 5.0] (the older `--vllm_enable_is_correction` at 2), ICEPOP "
+                                "rejects outside it."))

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from fasync.frameworks.common import CONVERTED, NONE, SAME, Expressed, Framework, Imported, Source, geometry
+from fasync.frameworks.common import (
+    CONVERTED,
+    NONE,
+    SAME,
+    Expressed,
+    Framework,
+    Imported,
+    ImportFailure,
+    Source,
+    geometry,
+)
 
 ROWS = [
     ("rollout_batch_size", "rollout.batch_size", SAME, "prompts per rollout, the same meaning."),
@@ -48,26 +58,124 @@ ROWS = [
      "it packs micro batches by token count; it is not train.use_dynamic_global_batch_size."),
     ("num_epoch", (), NONE, "passes over the dataset; fasync counts rollouts (train.num_rollouts)."),
     ("seed", "train.seed", SAME),
+    ("prompt_data", "data.path", SAME, "a JSONL file of prompt/label objects (parquet is not read yet)."),
+    ("input_key", "data.prompt_key", SAME),
+    ("label_key", "data.label_key", SAME),
+    ("hf_checkpoint", "model.path", SAME, "the Hugging Face checkpoint the engines load; fasync loads local "
+     "directories only."),
+    ("custom_generate_function_path", (), NONE,
+     "a custom generation function (multi-turn tool calling): not supported yet (issue \"Agentic rollouts\")."),
 ]
 
 
+MODES = ("`train.py` is `sync`; `train_async.py` runs one rollout ahead: `async` with `async.max_weight_staleness: "
+         "1`; `--fully-async` (miles) or a fully-async rollout function (`--rollout-function-path ...fully_async...`: "
+         "slime's examples/fully_async, miles' FullyAsyncRolloutFn) is `fully_async`, unbounded unless "
+         "`--max-weight-staleness` is set (the example's queue has no version check).")
+DEFAULTS = ("`--n-samples-per-prompt` 1, `--eps-clip` 0.2 with `--eps-clip-high` for the upper side, `--tis-clip` 2; "
+            "without `--use-rollout-logprobs` the PPO ratio is taken against recomputed logprobs (`recompute`); "
+            "`--actor-num-nodes` × `--actor-num-gpus-per-node` (default 8) trainer ranks and `--rollout-num-gpus` "
+            "(the actor's under `--colocate`) in engines of `--rollout-num-gpus-per-engine`; SGLang becomes vLLM, "
+            "fasync's tensor-parallel engine (with `--hf-checkpoint` as `model.path`).")
+
+
 def import_into(source: Source, out: Imported) -> set[str]:
-    """slime's, and miles's, which adds `--fully-async`."""
-    if source.get("fully_async"):
-        out.set("mode", "fully_async", f"{source.cite('fully_async')}")
+    """slime's, and miles's, which adds `--fully-async`. The mode comes from the program and the rollout
+    function: a fully-async rollout function (slime's examples/fully_async, miles' FullyAsyncRolloutFn) or
+    `--fully-async` streams; train_async.py runs one rollout ahead; train.py alternates."""
+    rollout_function = str(source.get("rollout_function_path", ""))
+    miles = source.framework.id == "miles"
+    if source.get("fully_async") or "fully_async" in rollout_function:
+        why = source.cite("fully_async") if source.get("fully_async") else source.cite("rollout_function_path")
+        out.set("mode", "fully_async", f"{why}: generation streams into a queue the trainer drains")
+        if "max_weight_staleness" not in source.values:
+            out.set("async.max_weight_staleness", None, "no --max-weight-staleness: no staleness filter"
+                    if miles else "the fully-async rollout function has an unbounded queue and no version check")
+        handler = source.get("async_unused_samples_handler")
+        if handler in ("retry", "drop"):
+            out.set("async.stale_policy", "regenerate" if handler == "retry" else "drop",
+                    source.cite("async_unused_samples_handler"))
+        if miles:
+            mode = source.get("pause_generation_mode", "retract")
+            out.set("async.partial_rollout", True, f"{source.cite('pause_generation_mode', 'retract')}: requests "
+                    f"in flight at a weight update {'continue' if mode == 'retract' else 'resume'} under the new "
+                    "weights")
     elif source.script.endswith("train_async.py"):
         out.set("mode", "async", f"{source.script} overlaps the next rollout with training (one step off)")
         if "async.max_weight_staleness" not in out.values:
             out.set("async.max_weight_staleness", 1, f"{source.script}: one rollout ahead")
     else:
         out.set("mode", "sync", f"{source.script or 'train.py'} trains each rollout before the next")
+    estimator = source.get("advantage_estimator", "grpo")
+    if estimator != "grpo":
+        raise ImportFailure(f"not supported: {source.cite('advantage_estimator')} advantages (fasync's are grpo and "
+                            "reinforce_baseline)")
+    out.set("train.advantage_estimator", "grpo", source.cite("advantage_estimator", "grpo"))
     if source.get("use_kl_loss"):
         out.set("train.kl_coef", source.get("kl_loss_coef", 0.0), f"use_kl_loss with {source.cite('kl_loss_coef', 0.0)}")
-    if source.get("use_tis"):
-        out.set("correction.level", "token", f"{source.cite('use_tis')}: truncated importance sampling per token")
+    _correction(source, out)
+    if source.get("dynamic_sampling_filter_path"):
+        out.set("rollout.dynamic_sampling", True, source.cite("dynamic_sampling_filter_path"))
+    if source.get("calculate_per_token_loss"):
+        out.set("train.loss_aggregation", "token_mean", source.cite("calculate_per_token_loss"))
     if source.get("use_wandb"):
         out.set_trackers({"wandb": source.cite("use_wandb")})
-    return {"fully_async", "use_kl_loss", "kl_loss_coef", "use_tis", "use_wandb"}
+    _resources(source, out)
+    return {"fully_async", "use_kl_loss", "kl_loss_coef", "use_tis", "use_wandb", "rollout_function_path",
+            "pause_generation_mode", "dynamic_sampling_filter_path", "calculate_per_token_loss", "tis_level",
+            "tis_upper_bound", "tis_lower_bound", "use_rs", "rs_level", "tis_batch_normalize", "use_rollout_logprobs",
+            "actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus", "rollout_num_gpus_per_engine",
+            "colocate", "async_unused_samples_handler", "advantage_estimator"}
+
+
+def _correction(source: Source, out: Imported) -> None:
+    """--use-tis (token, or geometric: per sequence) with its caps, miles' --use-rs rejection, and the anchor:
+    without --use-rollout-logprobs the PPO ratio is taken against logprobs the actor recomputes."""
+    level = source.get("tis_level")
+    if source.get("use_tis") or level:
+        fasync_level = "sequence" if level in ("geometric", "sequence") else "token"
+        out.set("correction.level", fasync_level, f"{source.cite('use_tis') if source.get('use_tis') else ''} "
+                f"{source.cite('tis_level', 'token')}".strip())
+        upper = source.get("tis_upper_bound", source.get("tis_clip", 2.0))
+        out.set("correction.weight_upper", float(upper), source.cite("tis_upper_bound" if "tis_upper_bound" in
+                                                                     source.values else "tis_clip", 2.0))
+        if source.get("tis_batch_normalize"):
+            out.set("correction.batch_normalize", True, source.cite("tis_batch_normalize"))
+        if source.get("use_rs"):
+            low = float(source.get("tis_lower_bound", source.get("tis_clip_low", 0.0)))
+            key = "correction.reject_sequence_ratio" if source.get("rs_level") == "sequence" else \
+                "correction.reject_token_ratio"
+            out.set(key, [low, float(upper)], f"{source.cite('use_rs')}: ratios outside the tis bounds are rejected")
+    elif not source.get("use_rollout_logprobs") and out.values.get("mode", ("sync",))[0] != "sync":
+        out.set("correction.ratio_anchor", "recompute", f"{source.cite('use_rollout_logprobs', False)}: the PPO "
+                "ratio is taken against logprobs the actor recomputes")
+
+
+def _resources(source: Source, out: Imported) -> None:
+    """The actor's GPUs (nodes × GPUs per node, one rank each) and the rollout's (`--rollout-num-gpus`, the
+    actor's under --colocate), in engines of `--rollout-num-gpus-per-engine`."""
+    nodes, per_node = source.get("actor_num_nodes", 1), source.get("actor_num_gpus_per_node", 8)
+    colocate = bool(source.get("colocate"))
+    trainer = nodes * per_node
+    rollout = source.get("rollout_num_gpus", trainer if colocate else 0)
+    per_engine = source.get("rollout_num_gpus_per_engine", 1)
+    out.set("resources.trainer_ranks", trainer, f"{source.cite('actor_num_nodes', 1)} × "
+            f"{source.cite('actor_num_gpus_per_node', 8)}")
+    out.set("resources.gpus_per_trainer_rank", 1, "one GPU per actor rank")
+    if rollout:
+        out.set("resources.num_rollout_engines", max(rollout // per_engine, 1),
+                f"{source.cite('rollout_num_gpus', rollout)} / {source.cite('rollout_num_gpus_per_engine', 1)}")
+        out.set("resources.gpus_per_engine", per_engine, source.cite("rollout_num_gpus_per_engine", 1))
+    out.set("resources.colocate", colocate, source.cite("colocate", False))
+    out.set("rollout.engine", "vllm", f"{source.framework.display} generates with SGLang, which fasync does not "
+            "have; vLLM is fasync's tensor-parallel server engine")
+    total = trainer if colocate else trainer + rollout
+    extra = source.get("eval_num_gpus", 0) if not colocate else 0
+    out.set("resources.num_gpus", total + extra, f"{trainer} actor GPUs" + ("" if colocate else f" + {rollout} "
+            "rollout GPUs") + (f" + {source.cite('eval_num_gpus')} (an eval engine fasync does not have)"
+                               if extra else ""))
+    out.set("resources.gpus_per_node", max(per_node, 8) if not colocate or nodes == 1 else per_node,
+            "8-GPU nodes" if per_node < 8 else source.cite("actor_num_gpus_per_node", 8))
 
 
 def express(cfg, derived) -> Expressed:
@@ -95,4 +203,6 @@ def express_flags(framework: Framework, cfg, derived) -> Expressed:
     return out
 
 
-FRAMEWORK = Framework("slime", "slime", ROWS, import_into, express, rollout_checkpoint_keys=("save_interval",))
+FRAMEWORK = Framework("slime", "slime", ROWS, import_into, express, rollout_checkpoint_keys=("save_interval",),
+                      data_keys=("prompt_data",), reward_keys=("rm_type", "custom_rm_path"),
+                      modes=MODES, defaults=DEFAULTS)

@@ -10,6 +10,7 @@ from fasync.frameworks.common import (
     Expressed,
     Framework,
     Imported,
+    ImportFailure,
     Source,
     geometry,
 )
@@ -58,40 +59,119 @@ ROWS = [
      "gradient_accumulation_steps) optimizer steps per drain."),
     ("queue_maxsize", "async.max_queue_size", CONVERTED, "TRL counts samples, fasync groups: / num_generations."),
     ("max_inflight_tasks", "async.max_concurrent_samples", SAME, "generation requests in flight, one sample each."),
+    ("model", "model.path", SAME, "the model the trainer loads; fasync loads local directories only."),
+    ("model_name_or_path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
+    ("warmup_steps", (), NONE, "learning-rate warmup: not supported yet."),
+    ("warmup_ratio", (), NONE, "learning-rate warmup: not supported yet."),
+    ("use_peft", (), NONE, "LoRA: not supported yet."),
+    ("max_tool_calling_iterations", (), NONE, "multi-turn tool calling: not supported yet."),
+    ("environment_factory", (), NONE, "multi-turn tool calling: not supported yet."),
 ]
 
 
+ASYNC_CONFIG = "AsyncGRPOConfig"
+DEFAULTS = {"num_generations": 8, "learning_rate": 1e-6, "max_completion_length": 256,
+            "per_device_train_batch_size": 8}
+"""GRPOConfig's defaults where they differ from fasync's (trl/trainer/grpo_config.py)."""
+ASYNC_DEFAULTS = {**DEFAULTS, "max_completion_length": 2048, "max_staleness": 4, "weight_sync_steps": 1,
+                  "queue_maxsize": 1024}
+"""AsyncGRPOConfig's (trl/experimental/async_grpo/async_grpo_config.py); queue_maxsize counts samples."""
+
+
 def import_into(source: Source, out: Imported) -> set[str]:
-    per_device = source.get("per_device_train_batch_size", 8)
+    """GRPOTrainer generates, then trains (sync); AsyncGRPOTrainer (an AsyncGRPOConfig, or max_staleness)
+    streams from a vLLM server, one drain per optimizer step. The number of processes is the launcher's
+    (`--env NUM_PROCESSES=N`, default 1)."""
+    asynchronous = source.script == ASYNC_CONFIG or "max_staleness" in source.values
+    defaults = ASYNC_DEFAULTS if asynchronous else DEFAULTS
+
+    def value(key: str):
+        return source.get(key, defaults.get(key))
+
+    def cite(key: str) -> str:
+        return source.cite(key, defaults.get(key))
+
+    if source.get("importance_sampling_level") == "sequence":
+        raise ImportFailure(f"not supported: GSPO ({source.cite('importance_sampling_level')} clips a "
+                            "sequence-level ratio; fasync clips token ratios)")
+    per_device, generations = value("per_device_train_batch_size"), value("num_generations")
     accumulation = source.get("gradient_accumulation_steps", 1)
-    processes = source.get("num_processes", 1)
-    generations = source.get("num_generations", 8)
-    steps_per_generation = source.get("steps_per_generation", accumulation)
-    samples = source.get("generation_batch_size", per_device * processes * steps_per_generation)
-    out.set("rollout.n_samples_per_prompt", generations, source.cite("num_generations", 8))
-    out.set("train.global_batch_size", per_device * processes * accumulation,
-            f"{source.cite('per_device_train_batch_size', 8)} × {source.cite('num_processes', 1)} processes × "
-            f"{source.cite('gradient_accumulation_steps', 1)} = {per_device * processes * accumulation} samples")
+    processes = int(source.variables.get("NUM_PROCESSES", source.get("num_processes", 1)))
+    per_step = per_device * processes * accumulation
+    if per_step < generations:
+        raise ImportFailure(f"not supported: a step of {per_step} samples ({cite('per_device_train_batch_size')} × "
+                            f"{processes} processes × {accumulation}) is smaller than a group of {generations} "
+                            "(num_generations): fasync steps on whole prompt groups")
+    for key, target in (("learning_rate", "train.lr"), ("max_completion_length", "rollout.max_new_tokens")):
+        out.set(target, value(key), cite(key))
+    out.set("rollout.n_samples_per_prompt", generations, cite("num_generations"))
+    out.set("train.global_batch_size", per_step, f"{cite('per_device_train_batch_size')} × {processes} processes "
+            f"(NUM_PROCESSES) × {source.cite('gradient_accumulation_steps', 1)} = {per_step} samples")
+    samples = per_step if asynchronous else source.get(
+        "generation_batch_size", per_device * processes * source.get("steps_per_generation", accumulation))
+    steps_per_drain = max(samples // per_step, 1)
     out.set("rollout.batch_size", max(samples // generations, 1),
-            f"{per_device} × {processes} × {source.cite('steps_per_generation', accumulation)} = {samples} samples per "
-            f"generation / {generations} generations = {samples // generations} prompts")
+            f"{samples} samples per generation / {generations} generations = {samples // generations} prompts")
     if processes > 1:
-        out.set("resources.trainer_ranks", processes, source.cite("num_processes"))
-    if "max_staleness" in source.values:
-        out.set("mode", "fully_async", f"{source.cite('max_staleness')}: TRL's async GRPO")
+        out.set("resources.trainer_ranks", processes, f"NUM_PROCESSES {processes}")
+    if "max_steps" in source.values:
+        out.set("train.num_rollouts", max(source.get("max_steps") // steps_per_drain, 1),
+                f"{source.cite('max_steps')} optimizer steps / {steps_per_drain} per generation")
+    if asynchronous:
+        _asynchronous(source, out, value, cite, per_step, generations, steps_per_drain, processes)
     else:
         out.set("mode", "sync", "TRL's GRPOTrainer generates, then trains")
-    if "weight_sync_steps" in source.values:
-        steps_per_drain = max(samples // (per_device * processes * accumulation), 1)
-        interval = max(source.get("weight_sync_steps") // steps_per_drain, 1)
-        out.set("async.update_weights_interval", interval,
-                f"{source.cite('weight_sync_steps')} optimizer steps / {steps_per_drain} per generation = {interval}")
+        if source.get("use_vllm"):
+            out.set("rollout.engine", "vllm", source.cite("use_vllm"))
+    _correction(source, out)
     if "report_to" in source.values:
         wanted = source.get("report_to")
         wanted = TRACKERS if wanted == "all" else [wanted] if isinstance(wanted, str) else wanted or []
         out.set_trackers({name: source.cite("report_to") for name in wanted if name in TRACKERS})
     return {"gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "num_processes",
-            "weight_sync_steps", "report_to"}
+            "weight_sync_steps", "report_to", "max_steps", "learning_rate", "max_completion_length", "num_generations",
+            "per_device_train_batch_size", "max_staleness", "queue_maxsize", "max_inflight_tasks", "use_vllm",
+            "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_cap"}
+
+
+def _asynchronous(source: Source, out: Imported, value, cite, per_step: int, generations: int, steps_per_drain: int,
+                  processes: int) -> None:
+    staleness = value("max_staleness")
+    out.set("mode", "fully_async", f"{source.script or 'max_staleness'}: TRL's async GRPO streams from a vLLM server")
+    out.set("async.max_weight_staleness", staleness, cite("max_staleness"))
+    interval = max(value("weight_sync_steps") // steps_per_drain, 1)
+    out.set("async.update_weights_interval", interval, f"{cite('weight_sync_steps')} optimizer steps / "
+            f"{steps_per_drain} per drain = {interval}")
+    queue = value("queue_maxsize")
+    out.set("async.max_queue_size", max(queue // generations, 1), f"{cite('queue_maxsize')} samples / {generations}")
+    inflight = source.get("max_inflight_tasks")
+    out.set("async.max_concurrent_samples", inflight if isinstance(inflight, int) else staleness * per_step,
+            source.cite("max_inflight_tasks") if isinstance(inflight, int) else
+            f"max_inflight_tasks auto: max_staleness {staleness} × {per_step} samples per step")
+    out.set("correction.ratio_anchor", "behaviour", "AsyncGRPOTrainer takes the PPO ratio against vLLM's logprobs")
+    out.set("rollout.engine", "vllm", "AsyncGRPOTrainer generates with a vLLM server")
+    out.set("resources.trainer_ranks", processes, f"NUM_PROCESSES {processes}")
+    out.set("resources.gpus_per_trainer_rank", 1, "one GPU per process")
+    out.set("resources.num_rollout_engines", 1, "one vLLM server")
+    out.set("resources.gpus_per_engine", 1, "the vLLM server's GPUs are set outside the file: one assumed")
+    out.set("resources.colocate", False, "the vLLM server runs apart from training")
+    out.set("resources.num_gpus", processes + 1, f"{processes} training processes + 1 vLLM server GPU")
+
+
+def _correction(source: Source, out: Imported) -> None:
+    """vllm_importance_sampling_correction: its mode (sequence_mask by default) and cap (3.0)."""
+    if not source.get("vllm_importance_sampling_correction"):
+        return
+    mode = source.get("vllm_importance_sampling_mode", "sequence_mask")
+    cap = float(source.get("vllm_importance_sampling_cap", 3.0))
+    level = "sequence" if mode.startswith("sequence") else "token"
+    why = f"{source.cite('vllm_importance_sampling_correction')}, {source.cite('vllm_importance_sampling_mode', mode)}"
+    out.set("correction.level", level, why)
+    if mode.endswith("mask"):
+        out.set(f"correction.reject_{level}_ratio", [0.0, cap],
+                f"{source.cite('vllm_importance_sampling_cap', cap)}: ratios above it are masked")
+    else:
+        out.set("correction.weight_upper", cap, source.cite("vllm_importance_sampling_cap", cap))
 
 
 def express(cfg, derived) -> Expressed:
@@ -102,16 +182,33 @@ def express(cfg, derived) -> Expressed:
     out.put("per_device_train_batch_size", micro, "train.micro_batch_size")
     out.put("gradient_accumulation_steps", accumulation, f"{per_step} samples per step / {micro}")
     out.put("num_generations", n, "rollout.n_samples_per_prompt")
-    out.put("steps_per_generation", steps * accumulation, f"{steps} optimizer steps × {accumulation} micro-steps each")
     out.note_trimmed_samples(derived)
+    if cfg.mode == "sync":
+        out.put("steps_per_generation", steps * accumulation, f"{steps} optimizer steps × {accumulation} micro-steps "
+                "each")
+        return out
+    out.config_class = ASYNC_CONFIG
     if cfg.mode == "async":
         out.missing.append("mode async: TRL's asynchronous GRPO streams (mode: fully_async)")
-    if cfg.mode != "sync":
-        out.put("max_staleness", bound if bound is not None else 0, "async.max_weight_staleness")
-        out.put("weight_sync_steps", interval * steps, f"{interval} drains × {steps} optimizer steps")
-        if bound is None:
-            out.missing.append("no staleness bound: TRL's max_staleness is always a number")
+    if steps != 1:
+        out.missing.append(f"{steps} optimizer steps per drain: TRL's async GRPO takes one optimizer step per "
+                           "batch it draws")
+    out.put("max_staleness", bound if bound is not None else 0, "async.max_weight_staleness")
+    out.put("weight_sync_steps", interval, f"{interval} drains of one optimizer step each")
+    if bound is None:
+        out.missing.append("no staleness bound: TRL's max_staleness is always a number")
     return out
 
 
-FRAMEWORK = Framework("trl", "TRL", ROWS, import_into, express)
+FRAMEWORK = Framework("trl", "TRL", ROWS, import_into, express,
+                      reward_keys=("the trainer's reward_funcs",),
+                      modes=("`GRPOConfig(...)` is `sync`; `AsyncGRPOConfig(...)` (or `max_staleness`) is "
+                             "`fully_async`, one drain per optimizer step, generated by a vLLM server with the PPO "
+                             "ratio against its logprobs. A script driven by TrlParser that sets no config keyword "
+                             "is read from the command line its docstring gives."),
+                      defaults=("GRPOConfig: 8 generations, `learning_rate` 1e-6, `max_completion_length` 256, 8 "
+                                "samples per device; AsyncGRPOConfig: `max_completion_length` 2048, `max_staleness` "
+                                "4, `weight_sync_steps` 1, `queue_maxsize` 1024 samples, `max_inflight_tasks` "
+                                "max_staleness × samples per step. Processes come from `--env NUM_PROCESSES=N` "
+                                "(default 1). GSPO (`importance_sampling_level: sequence`) and a step smaller than a "
+                                "group are refused as not supported."))

@@ -16,6 +16,7 @@ n_resp=16
 mini=32
 python -m verl.experimental.fully_async_policy.fully_async_main \\
     data.train_batch_size=0 \\
+    algorithm.adv_estimator=grpo \\
     actor_rollout_ref.rollout.n=${n_resp} \\
     actor_rollout_ref.actor.ppo_mini_batch_size=${mini} \\
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \\
@@ -52,7 +53,8 @@ max_off_policy_steps = 1
 """),
     "openrlhf": ("run.sh", """\
 python3 -m openrlhf.cli.train_ppo_ray --rollout.batch_size 32 --rollout.n_samples_per_prompt 8 \\
-  --train.batch_size 256 --train.micro_batch_size 16 --train.async_enable --algo.kl.init_coef 0.0
+  --train.batch_size 256 --train.micro_batch_size 16 --train.async_enable --algo.kl.init_coef 0.0 \\
+  --algo.advantage.estimator group_norm
 """),
     "trl": ("train.py", """\
 from trl import GRPOConfig
@@ -93,7 +95,8 @@ def test_import_derives_the_geometry_and_lints_it(framework, tmp_path):
         mode, samples, steps, staleness, interval)
     found = {d.code for d in lint(loaded)}
     assert codes <= found and not {d.code for d in lint(loaded) if d.severity.value == "error"} - {"R001"}
-    assert result.exit_code == (1 if any(d.severity.value == "error" for d in lint(loaded)) else 0)
+    # These sources name no data and no reward: the import says what to set and never exits 0 on defaults.
+    assert result.exit_code == 1 and "fasync import: set data.path" in result.output
 
 
 def test_the_comments_show_the_arithmetic_and_the_unmapped_keys_are_listed(tmp_path):
@@ -117,13 +120,14 @@ def test_overrides_and_flags_on_the_command_line(tmp_path):
 
 # framework: (source file, its text, checkpoint.every, logging.backends, logging.experiment)
 SAVING_AND_LOGGING = {
-    "verl": ("run.sh", "python -m verl.trainer.main_ppo data.train_batch_size=256 actor_rollout_ref.rollout.n=4 "
+    "verl": ("run.sh", "python -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=256 "
+             "actor_rollout_ref.rollout.n=4 "
              "actor_rollout_ref.actor.ppo_mini_batch_size=64 trainer.save_freq=10 trainer.logger=['console','wandb'] "
              "trainer.project_name=gsm8k\n", 40, ["jsonl", "wandb"], "gsm8k"),
     "slime": ("run.sh", "python3 train.py --rollout-batch-size 32 --n-samples-per-prompt 8 --global-batch-size 64 "
               "--save-interval 5 --use-wandb --wandb-project math\n", 20, ["jsonl", "wandb"], "math"),
     "openrlhf": ("run.sh", "python3 -m openrlhf.cli.train_ppo_ray --rollout.batch_size 32 --rollout.n_samples_per_prompt 8 "
-                 "--train.batch_size 128 --save_steps 3 --use_tensorboard logs/tb\n", 6, ["jsonl", "tensorboard"], None),
+                 "--train.batch_size 128 --save_steps 3 --use_tensorboard logs/tb --advantage_estimator group_norm\n", 6, ["jsonl", "tensorboard"], None),
     "areal": ("grpo.yaml", "experiment_name: gsm8k-grpo\ntrain_dataset: {batch_size: 64}\ngconfig: {n_samples: 4}\n"
               "actor: {ppo_n_minibatches: 2}\nsaver: {freq_steps: 5}\nstats_logger: {wandb: {mode: offline}}\n",
               10, ["jsonl", "wandb"], "gsm8k-grpo"),
