@@ -442,7 +442,7 @@ def test_fully_async_without_partial_rollout_staleness_as_the_real_driver(ray_se
 
     monkeypatch.setattr(actors, "TrainerActor", ray.remote(WarmingTrainer))
     real = run_mode(cfg, tmp_path, [FixedDelayEngine.options(num_cpus=0).remote(cfg)])
-    by_drain = {record["rollout"]: record["staleness_max"] for record in real.writer.history}
+    by_drain = {record["rollout"]: record["staleness_max"] for record in real.run.writer.history}
     assert [by_drain[drain] for drain in range(8)] == [0, 1, 2, 2, 2, 2, 2, 2]
 
     costs = replace(STEPS_ONLY, engine_step=0.0, engine_call=delay, trainer_step=0.01, weight_sync=0.005)
