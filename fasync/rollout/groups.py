@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
 from fasync.data.rewards import score
-from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams
+from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams, trained_versions
 
 
 @dataclass
@@ -40,8 +40,9 @@ class PromptGroup:
 
     @property
     def oldest_token_version(self) -> int | None:
-        """The oldest weight version behind any token generated so far; None before the first token."""
-        return min((v for req in self.requests for v in req.token_versions), default=None)
+        """The oldest weight version behind any trained token generated so far; None before the first token."""
+        return min((v for req in self.requests if req.token_versions
+                    for v in trained_versions(req.token_versions, req.loss_mask)), default=None)
 
 
 def sampling_params(cfg: FasyncConfig, stop_token_ids: tuple[int, ...]) -> SamplingParams:
@@ -116,6 +117,7 @@ class GroupFactory:
                     label=group.label,
                     completion=completion,
                     finish_reason=gen.finish_reason,
+                    loss_mask=gen.loss_mask,
                 )
             )
         return group
@@ -136,7 +138,7 @@ def build_factory(resolved) -> GroupFactory:
     from fasync.model import build_tokenizer
 
     cfg, dims = resolved.config, resolved.model_dims
-    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
     dataset = build_dataset(cfg.data)
     check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
     if cfg.model.path is not None:
