@@ -17,8 +17,9 @@ from typing import Optional
 
 from fasync.rollout.types import FinishReason, Generation, trained_mask
 
-_PROBE = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-"""A conversation that ends with an assistant turn: what `observation_ids` renders new messages after."""
+_PROBE = [{"role": "user", "content": "1"}, {"role": "assistant", "content": "2"}]
+"""A conversation that ends with an assistant turn: what `observation_ids` renders new messages after (digits:
+every tokenizer, the embedded task alphabet included, has them)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,15 @@ class TrajectoryStats:
     env_time_s: float = 0.0
     truncated: bool = False
     """The trajectory ran out of turns or tokens before the environment said it was done."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished trajectory brings besides its tokens: the reward its rollout function or environment
+    gave (None: the run's reward function scores the model's text) and its stats."""
+
+    reward: Optional[float]
+    stats: TrajectoryStats
 
 
 @dataclass
@@ -81,6 +91,10 @@ class Trajectory:
         self.request = replace(req, output_ids=req.output_ids + token_ids, logprobs=req.logprobs + [0.0] * len(token_ids),
                                token_versions=req.token_versions + [version] * len(token_ids),
                                loss_mask=trained_mask(req.loss_mask, len(req.output_ids)) + [False] * len(token_ids))
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome(self.reward, self.stats)
 
     def finish(self, reason: FinishReason) -> Generation:
         """The request, finished: what the group scores and trains on."""
