@@ -155,7 +155,8 @@ def _generation_eos_ids(directory: Path) -> tuple[int, ...]:
 def build_tokenizer(model_cfg: ModelConfig, data_cfg: DataConfig, chat: bool = False) -> Tokenizer:
     """The tokenizer of `model.path`, or the embedded one sized to what the data needs:
     the digit alphabet for a built-in task (a small vocabulary learns fast), printable text for a file; with
-    `chat` (agentic rollouts: `RolloutConfig.agentic`), the embedded one has its chat tokens too."""
+    `chat` (agentic rollouts: `RolloutConfig.agentic`), the embedded one covers printable text (tool calls are JSON,
+    environments speak words) and has its chat tokens too."""
     if model_cfg.path is not None:
         return HFTokenizer(model_cfg.path)
-    return CharTokenizer(TASK_ALPHABET if data_cfg.path is None else TEXT_ALPHABET, chat=chat)
+    return CharTokenizer(TASK_ALPHABET if data_cfg.path is None and not chat else TEXT_ALPHABET, chat=chat)

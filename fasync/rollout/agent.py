@@ -123,8 +123,9 @@ def import_object(spec: str, key: str):
     return found
 
 
-def rollout_function(cfg: FasyncConfig) -> RolloutFunction:
-    """The run's rollout function: `rollout.function`, or the multi-turn loop over `rollout.env`."""
+def rollout_function(cfg: FasyncConfig, max_context: int | None) -> RolloutFunction:
+    """The run's rollout function: `rollout.function`, or the multi-turn loop over `rollout.env` (which ends a
+    trajectory before it passes the model's `max_context`)."""
     if cfg.rollout.function is not None:
         function = import_object(cfg.rollout.function, "rollout.function")
         if not asyncio.iscoroutinefunction(function):
@@ -133,26 +134,27 @@ def rollout_function(cfg: FasyncConfig) -> RolloutFunction:
         return function
     from fasync.rollout.env_loop import EnvironmentRollout
 
-    return EnvironmentRollout(cfg)
+    return EnvironmentRollout(cfg, max_context)
 
 
 class AgentRunner:
     """Runs a group's trajectories through the run's rollout function."""
 
-    def __init__(self, cfg: FasyncConfig, tokenizer):
+    def __init__(self, cfg: FasyncConfig, tokenizer, max_context: int | None = None):
         self.cfg = cfg
         self.tokenizer = tokenizer
+        self.max_context = max_context
         self.spec = cfg.rollout.function or cfg.rollout.env
-        self.function = rollout_function(cfg)
+        self.function = rollout_function(cfg, max_context)
         self.request_ids = itertools.count(1 << 40)
         """Turn request ids, apart from the groups' own."""
 
     def __getstate__(self) -> dict:
         # The function is imported again where the runner is unpickled (the rollouter's actor).
-        return {"cfg": self.cfg, "tokenizer": self.tokenizer}
+        return {"cfg": self.cfg, "tokenizer": self.tokenizer, "max_context": self.max_context}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["cfg"], state["tokenizer"])
+        self.__init__(state["cfg"], state["tokenizer"], state["max_context"])
 
     def client(self, call: EngineCall, params: SamplingParams) -> EngineClient:
         return EngineClient(call, params, self.request_ids)

@@ -158,7 +158,7 @@ def build_factory(resolved) -> GroupFactory:
     if cfg.rollout.agentic:
         from fasync.rollout.agent import AgentRunner
 
-        agent = AgentRunner(cfg, tokenizer)
+        agent = AgentRunner(cfg, tokenizer, dims.max_context if dims is not None else None)
     return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward), agent)
 
 
