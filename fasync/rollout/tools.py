@@ -56,6 +56,11 @@ TOOL_PARSERS: dict[str, Callable[[str], list[ToolCall]]] = {"hermes": parse_herm
 """`rollout.tool_parser` → the function that reads a model turn's tool calls."""
 
 
+def is_async(tool) -> bool:
+    """Whether calling `tool` gives a coroutine: an `async def` function, or an object with an async `__call__`."""
+    return inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(type(tool).__call__)
+
+
 async def run_tool_calls(calls: list[ToolCall], tools: dict[str, Callable[..., Any]], timeout_s: float,
                          stats: TrajectoryStats) -> list[dict]:
     """Run `calls` at once, each within `timeout_s`; the tool messages answering them, in order. A tool is a
@@ -72,7 +77,7 @@ async def run_tool_calls(calls: list[ToolCall], tools: dict[str, Callable[..., A
             if tool is None:
                 raise ToolError("unknown_tool", f"no tool named {call.name!r} (tools: {', '.join(tools) or 'none'})")
             try:
-                pending = tool(**call.arguments) if inspect.iscoroutinefunction(tool) else \
+                pending = tool(**call.arguments) if is_async(tool) else \
                     asyncio.to_thread(tool, **call.arguments)
             except TypeError as error:
                 raise ToolError("bad_call", f"{call.name}: {error}") from error
