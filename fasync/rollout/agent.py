@@ -29,7 +29,6 @@ from typing import Any
 from fasync.config.schema import FasyncConfig
 from fasync.data.rewards import MAX_REWARD
 from fasync.errors import ConfigurationError
-from fasync.rollout.groups import PromptGroup
 from fasync.rollout.trajectory import Trajectory, Turn
 from fasync.rollout.types import Generation, GroupId, SamplingParams
 from fasync.wire import pack, unpack
@@ -123,50 +122,40 @@ def import_object(spec: str, key: str):
     return found
 
 
-def rollout_function(cfg: FasyncConfig, max_context: int | None) -> RolloutFunction:
-    """The run's rollout function: `rollout.function`, or the multi-turn loop over `rollout.env` (which ends a
-    trajectory before it passes the model's `max_context`)."""
-    if cfg.rollout.function is not None:
-        function = import_object(cfg.rollout.function, "rollout.function")
-        if not asyncio.iscoroutinefunction(function):
-            raise ConfigurationError(f"rollout.function: {cfg.rollout.function} must be an `async def` function "
-                                     "taking (task, engine) and returning a Trajectory")
-        return function
-    from fasync.rollout.env_loop import EnvironmentRollout
-
-    return EnvironmentRollout(cfg, max_context)
+def import_rollout_function(spec: str) -> RolloutFunction:
+    """`rollout.function`, imported and checked to be an `async def` function."""
+    function = import_object(spec, "rollout.function")
+    if not asyncio.iscoroutinefunction(function):
+        raise ConfigurationError(f"rollout.function: {spec} must be an `async def` function taking (task, engine) "
+                                 "and returning a Trajectory")
+    return function
 
 
 class AgentRunner:
     """Runs a group's trajectories through the run's rollout function."""
 
-    def __init__(self, cfg: FasyncConfig, tokenizer, max_context: int | None = None):
+    def __init__(self, cfg: FasyncConfig, tokenizer, function: RolloutFunction):
+        """`function`: `import_rollout_function(rollout.function)`, or the multi-turn loop over `rollout.env`
+        (`fasync.rollout.env_loop.EnvironmentRollout`); either pickles by reference into the rollouter's actor."""
         self.cfg = cfg
         self.tokenizer = tokenizer
-        self.max_context = max_context
+        self.function = function
         self.spec = cfg.rollout.function or cfg.rollout.env
-        self.function = rollout_function(cfg, max_context)
         self.request_ids = itertools.count(1 << 40)
         """Turn request ids, apart from the groups' own."""
-
-    def __getstate__(self) -> dict:
-        # The function is imported again where the runner is unpickled (the rollouter's actor).
-        return {"cfg": self.cfg, "tokenizer": self.tokenizer, "max_context": self.max_context}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["cfg"], state["tokenizer"], state["max_context"])
 
     def client(self, call: EngineCall, params: SamplingParams) -> EngineClient:
         return EngineClient(call, params, self.request_ids)
 
-    async def run_group(self, group: PromptGroup, client: EngineClient) -> PromptGroup:
-        """Every trajectory of `group`, at once; the group's requests become the finished trajectories."""
+    async def run_group(self, group, client: EngineClient):
+        """Every trajectory of `group` (a `fasync.rollout.groups.PromptGroup`), at once; the group's requests
+        become the finished trajectories."""
         trajectories = await asyncio.gather(*(self._trajectory(group, request, client) for request in group.requests))
         group.requests = [trajectory.request for trajectory in trajectories]
         group.outcomes = [trajectory.outcome for trajectory in trajectories]
         return group
 
-    async def _trajectory(self, group: PromptGroup, request: Generation, client: EngineClient) -> Trajectory:
+    async def _trajectory(self, group, request: Generation, client: EngineClient) -> Trajectory:
         task = Task(group.group_id, group.prompt, group.label, request.prompt_ids, request, self.tokenizer, self.cfg)
         try:
             trajectory = await self.function(task, client)
@@ -192,7 +181,7 @@ class AgentRunner:
     def _key(self) -> str:
         return "rollout.function" if self.cfg.rollout.function is not None else "rollout.env"
 
-    def generate(self, engines: list, groups: list[PromptGroup], params: SamplingParams) -> list[PromptGroup]:
+    def generate(self, engines: list, groups: list, params: SamplingParams) -> list:
         """Sync and async: run every group's trajectories to the end, the groups spread over the engines."""
 
         def call_on(engine) -> EngineCall:
@@ -200,7 +189,7 @@ class AgentRunner:
                 return unpack(await engine.generate.remote(pack(requests), call_params))
             return call
 
-        async def run_all() -> list[PromptGroup]:
+        async def run_all() -> list:
             clients = [self.client(call_on(engine), params) for engine in engines]
             return await asyncio.gather(*(self.run_group(group, clients[i % len(clients)])
                                           for i, group in enumerate(groups)))

@@ -156,9 +156,12 @@ def build_factory(resolved) -> GroupFactory:
         check_weights(cfg.model.path)
     agent = None
     if cfg.rollout.agentic:
-        from fasync.rollout.agent import AgentRunner
+        from fasync.rollout.agent import AgentRunner, import_rollout_function
+        from fasync.rollout.env_loop import EnvironmentRollout
 
-        agent = AgentRunner(cfg, tokenizer, dims.max_context if dims is not None else None)
+        function = import_rollout_function(cfg.rollout.function) if cfg.rollout.function is not None else \
+            EnvironmentRollout(cfg, dims.max_context if dims is not None else None)
+        agent = AgentRunner(cfg, tokenizer, function)
     return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward), agent)
 
 
