@@ -22,8 +22,11 @@ import importlib
 import itertools
 import math
 import numbers
+import pickle
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from fasync.config.schema import FasyncConfig
@@ -143,6 +146,21 @@ class AgentRunner:
         self.spec = cfg.rollout.function or cfg.rollout.env
         self.request_ids = itertools.count(1 << 40)
         """Turn request ids, apart from the groups' own."""
+
+    def __getstate__(self) -> dict:
+        # The rollouter's actor may have started before `fasync train` made the config's directory importable
+        # (a Ray cluster of its own, a test session): the function travels pickled inside, and the directory of
+        # the module it was imported from joins the import path before it is unpickled.
+        imported = getattr(self.function, "env_class", self.function)
+        module = sys.modules.get(imported.__module__)
+        directory = str(Path(module.__file__).parent) if getattr(module, "__file__", None) else None
+        return {"cfg": self.cfg, "tokenizer": self.tokenizer, "function": pickle.dumps(self.function),
+                "directory": directory}
+
+    def __setstate__(self, state: dict) -> None:
+        if state["directory"] is not None and state["directory"] not in sys.path:
+            sys.path.append(state["directory"])
+        self.__init__(state["cfg"], state["tokenizer"], pickle.loads(state["function"]))
 
     def client(self, call: EngineCall, params: SamplingParams) -> EngineClient:
         return EngineClient(call, params, self.request_ids)
