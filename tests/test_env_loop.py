@@ -155,3 +155,14 @@ def test_an_environment_that_is_not_one_is_a_configuration_error(spec, message):
 
     with pytest.raises(ConfigurationError, match=message):
         build_factory(resolve(tiny_config(rollout={"env": spec})))
+
+
+def test_a_turn_cut_at_its_budget_is_closed_untrained_and_still_counts_as_the_model_s_turn():
+    factory, samples, outcomes = play("guess_number:GuessNumber", lambda text: "55555", max_turns=2, max_new_tokens=2)
+    end = factory.tokenizer.stop_token_ids[-1]
+    for sample, outcome in zip(samples, outcomes):
+        first_turn = sample.output_ids[:3]
+        assert factory.tokenizer.decode(first_turn[:2]) == "55" and first_turn[2] == end
+        assert sample.trained[:3] == [True, True, False]
+        # The environment read the cut turn: its first character is the guess.
+        assert sample.reward == float(outcome.stats.turns == 1)

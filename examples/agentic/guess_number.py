@@ -15,7 +15,7 @@ class GuessNumber:
         return [{"role": "user", "content": "guess 0-9"}]
 
     async def step(self, model_text):
-        guess = model_text.strip()
+        guess = model_text.strip()[:1]  # the first character is the guess
         if guess == str(self.secret):
             return Step(reward=1.0, done=True)
         if not guess.isdigit():

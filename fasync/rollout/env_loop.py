@@ -8,12 +8,12 @@ An environment is a class built with no arguments, one instance per trajectory:
         async def reset(self, task) -> list[dict]:               # the first messages (system, user, ...)
         async def step(self, model_text) -> Step | tuple:         # (observation messages, reward, done)
 
-Each turn the model speaks; a turn with tool calls (read by `rollout.tool_parser`) is answered by the tools, run
+Each turn the model speaks (a turn cut at `rollout.max_new_tokens` is closed with the template's turn end, not
+trained, and counts as what the model said); a turn with tool calls (read by `rollout.tool_parser`) is answered by the tools, run
 at once with a timeout each, and a turn without any goes to `step`, whose messages answer it. The trajectory's
 reward is the sum of its steps' rewards (a final reward is a last step's; per-turn rewards add up). It ends when a
-step says done, or truncated: after `rollout.max_turns` model turns, when a turn reaches `rollout.max_new_tokens`
-without ending, or when the next observation would pass the trajectory's token budget (`rollout.max_trajectory_tokens`,
-and never past the model's context).
+step says done, or truncated: after `rollout.max_turns` model turns, or when the next observation would pass the
+trajectory's token budget (`rollout.max_trajectory_tokens`, and never past the model's context).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fasync.config.schema import FasyncConfig
 from fasync.errors import ConfigurationError
 from fasync.rollout.agent import EngineClient, Task, import_object
 from fasync.rollout.tools import TOOL_PARSERS, run_tool_calls
-from fasync.rollout.trajectory import Trajectory, observation_ids
+from fasync.rollout.trajectory import Trajectory, observation_ids, turn_end_id
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,15 @@ class EnvironmentRollout:
         self.token_budget = rollout.max_trajectory_tokens or \
             rollout.max_turns * (rollout.max_new_tokens + rollout.max_observation_tokens)
         self.tool_timeout_s = rollout.tool_timeout_s
+        self.turn_end: int | None = None
+        """`turn_end_id` of the run's tokenizer, looked up at the first trajectory."""
 
     async def __call__(self, task: Task, engine: EngineClient) -> Trajectory:
         env = self.env_class()
         tools = getattr(env, "tools", {})
         tokenizer = task.tokenizer
+        if self.turn_end is None:
+            self.turn_end = turn_end_id(tokenizer)
         started = time.monotonic()
         first = await env.reset(task)
         # The environment's first messages are the trajectory's prompt; none: the dataset's prompt.
@@ -83,12 +87,15 @@ class EnvironmentRollout:
         reward, done = 0.0, False
         while not done:
             left = budget - trajectory.output_length
-            if stats.turns == self.max_turns or left <= 0:
+            if stats.turns == self.max_turns or left <= 1:
                 break
-            turn = await engine.generate(trajectory.context, min(self.max_new_tokens, left))
+            # One token of room kept for closing a turn cut at its budget.
+            turn = await engine.generate(trajectory.context, min(self.max_new_tokens, left - 1))
             trajectory.add_turn(turn)
             if turn.finish_reason != "stop":
-                break
+                # Cut at its budget: the turn is closed as the template closes one (not trained), and what the model
+                # said so far is its turn.
+                trajectory.add_observation([self.turn_end])
             text = tokenizer.decode(turn.token_ids)
             calls = self.parse(text)
             if calls:

@@ -102,6 +102,14 @@ class Trajectory:
         return self.request
 
 
+def turn_end_id(tokenizer) -> int:
+    """The stop token the chat template closes an assistant turn with (`<|end|>`, Qwen's `<|im_end|>`): what the
+    multi-turn loop appends, not trained, to a turn cut at its token budget before the next observation."""
+    rendered = tokenizer.render_chat(_PROBE, add_generation_prompt=False)
+    stops = set(tokenizer.stop_token_ids)
+    return next((token for token in reversed(rendered) if token in stops), tokenizer.stop_token_ids[0])
+
+
 def observation_ids(tokenizer, messages: list[dict]) -> list[int]:
     """The tokens that follow an assistant turn's end token to add `messages` and open the next assistant turn.
 
