@@ -69,6 +69,8 @@ class TurnEngine:
         self.generate = Remote(self._generate)
         self.load_weights = Remote(self._load)
         self.abort = Remote(lambda: None)
+        self.rng_state = Remote(lambda: None)
+        self.set_rng_state = Remote(lambda state: None)
 
     def _load(self, weights, version):
         self.version = version
@@ -139,6 +141,63 @@ def test_a_weight_sync_does_not_wait_for_a_tool_and_the_next_turn_uses_the_new_w
     assert trained_versions == [0] * (TURN_TOKENS + 1) + [1, 1]
     assert sample.oldest_version == 0 and sample.newest_version == 1
     assert state.ledger.balanced
+
+
+def test_a_checkpoint_mid_trajectory_restarts_it_and_the_ledger_proves_nothing_lost_or_trained_twice():
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from fasync.metrics.ledger import audit
+
+    global waiting_on_tool
+    waiting_on_tool = 0
+    cfg = agentic_config(mode="fully_async", **{"async": {"max_weight_staleness": None, "max_queue_size": 8}})
+    factory = build_factory(resolve(cfg))
+    end_id = factory.tokenizer.stop_token_ids[-1]
+    first = Rollouter(resolve(cfg), [TurnEngine(end_id)], factory)
+
+    async def before_the_kill():
+        gate["tool"] = asyncio.Event()
+        running = asyncio.create_task(first.run())
+        while waiting_on_tool < 2:
+            await asyncio.sleep(0.01)
+        snapshot = unpack(await first.snapshot())
+        await first.stop()
+        await running
+        return snapshot
+
+    try:
+        snapshot = asyncio.run(before_the_kill())
+    finally:
+        gate.clear()
+    journal = snapshot.pop("journal")
+    assert snapshot["in_flight"] and not any(group.finished for group in snapshot["in_flight"])
+
+    second = Rollouter(resolve(cfg), [TurnEngine(end_id)], build_factory(resolve(cfg)))
+
+    async def after_the_resume():
+        journal.extend(await second.restore(pack({**snapshot, "journal": []})))
+        running = asyncio.create_task(second.run())
+        taken = []
+        for _ in range(2):
+            groups, _ = unpack(await second.take(cfg.rollout.batch_size, train_version=0))
+            second.report_trained([g.group_id for g in groups], len(groups) * 2, len(groups) * 2)
+            taken += groups
+        await second.stop()
+        await running
+        return taken
+
+    taken = asyncio.run(after_the_resume())
+    journal += second.take_journal()
+    # The restored trajectories ran again from their prompt: two whole turns each.
+    assert all(outcome.stats.turns == 2 for group in taken for outcome in group.outcomes)
+    path = Path(tempfile.mkdtemp()) / "ledger.jsonl"
+    path.write_text("".join(json.dumps(entry) + "\n" for entry in journal))
+    result = audit(path)
+    assert result.ok, result.report()
+    assert result.states["trained"] == 2 * cfg.rollout.batch_size  # groups: two drains
+    assert second.ledger.balanced
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -219,6 +219,8 @@ class Rollouter:
         if client is None:
             client = self._agent_clients[index] = self.factory.agent.client(self._agent_call(index, engine),
                                                                             self.factory.params)
+        if any(group.finished for group in groups):
+            return  # finished before a checkpoint, not yet delivered: the engine loop delivers it now
         for group in groups:
             if group.group_id not in self._agent_runs:
                 self._agent_runs[group.group_id] = asyncio.create_task(self.factory.agent.run_group(group, client))
