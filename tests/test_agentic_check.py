@@ -30,3 +30,12 @@ def test_a_missing_attribute_is_named(tmp_path):
     (tmp_path / "my_env.py").write_text("X = 1\n")
     (found,) = rollout_findings(tmp_path, "env: my_env:Env")
     assert "has no attribute 'Env'" in found.message
+
+
+def test_the_example_configs_check_clean():
+    from pathlib import Path
+
+    from fasync.lint.engine import lint
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "examples" / "agentic").glob("*.yaml")):
+        assert [d.message for d in lint(load_config(path, []))] == [], path
