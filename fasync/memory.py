@@ -112,7 +112,7 @@ def model_dims(cfg: FasyncConfig) -> ModelDims | None:
     if cfg.model.path is None:
         from fasync.model.tokenizer import build_tokenizer
 
-        return embedded_dims(cfg, build_tokenizer(cfg.model, cfg.data).vocab_size)
+        return embedded_dims(cfg, build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic).vocab_size)
     config = _read_config(cfg.model.path)
     if config is None:
         return None

@@ -15,6 +15,7 @@ in a subprocess, so a broken install is a finding, not a crash.
 | E005 | error | `data.path` is missing, or a line is not UTF-8, longer than 4 MiB, or lacks the prompt or label key |
 | E006 | info  | no running cluster to compare: fasync will start a local one |
 | E007 | error | a tracker in `logging.backends` whose package is not installed (every check, not only --preflight) |
+| E008 | error | `rollout.function` or `rollout.env` does not import from the working directory, the config's directory or PYTHONPATH |
 """
 
 from __future__ import annotations
@@ -162,8 +163,32 @@ def _dataset(result: LoadResult) -> list[Diagnostic]:
     return []
 
 
+def _rollout_module(result: LoadResult) -> list[Diagnostic]:
+    """E008: the rollout function or environment, imported in a subprocess (it may import torch, and a module that
+    hangs or crashes at import must not take the check down) from where `fasync train` looks for it."""
+    rollout = result.config.rollout
+    key = "rollout.function" if rollout.function is not None else "rollout.env" if rollout.env is not None else None
+    if key is None:
+        return []
+    spec = rollout.function or rollout.env
+    origin = result.provenance.origin(key)
+    directories = [str(Path.cwd())] + ([str(Path(origin.file).resolve().parent)] if origin is not None else [])
+    code = (f"import sys; sys.path[:0] = {directories!r}; from fasync.rollout.agent import import_object; "
+            f"import_object({spec!r}, {key!r})")
+    try:
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return [finding(result, "E008", key, f"`{key}` {spec} did not finish importing in 120 s")]
+    if run.returncode == 0:
+        return []
+    error = (run.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("fasync.errors.ConfigurationError: ")
+    return [finding(result, "E008", key, f"`{key}` {spec} does not import: {error}",
+                    "put the module beside the config or in the working directory, or add its directory to "
+                    "PYTHONPATH")]
+
+
 def preflight(result: LoadResult) -> list[Diagnostic]:
     """Every preflight finding for a loaded config (none when it did not load)."""
     if result.config is None:
         return []
-    return [*_cluster(result), *_packages(result), *_model(result), *_dataset(result)]
+    return [*_cluster(result), *_packages(result), *_model(result), *_dataset(result), *_rollout_module(result)]

@@ -28,3 +28,20 @@ def run_mode(cfg: FasyncConfig, tmp_path, engines=None):
     finally:
         run.close()
     return driver
+
+
+def assert_rows_match_the_registry(driver) -> None:
+    """Every row holds each metric the registry says the mode always writes (the writer refuses the rest)."""
+    from fasync.metrics.registry import METRICS
+
+    always = {name for name, metric in METRICS.items() if driver.mode in metric.modes and metric.when is None}
+    for row in driver.run.writer.history:
+        assert always <= row.keys(), always - row.keys()
+
+
+def assert_ledger_balanced(driver) -> None:
+    assert_rows_match_the_registry(driver)
+    ledger = driver.ledger
+    assert ledger.balanced, ledger.balance_sheet()
+    assert ledger.consumed > 0
+    assert all(record["ledger_balanced"] for record in driver.run.writer.history)

@@ -112,7 +112,7 @@ def load_policy(cfg, checkpoint: Checkpoint):
 
     from fasync.model import build_model, build_tokenizer
 
-    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
     model = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32)
     state = {"model": model.state_dict()}
     try:

@@ -99,6 +99,36 @@ class RolloutConfig(Section):
         1, ge=1, description="KV cache of each vLLM engine on CPU (`resources.gpus_per_engine: 0`), in GiB "
         "(vLLM's VLLM_CPU_KVCACHE_SPACE). Unset, vLLM would size it from host RAM.",
     )
+    function: Optional[str] = Field(
+        None, description="A custom rollout function, `module:function`: `async def f(task, engine)` builds each "
+        "trajectory of a prompt with the engine client and returns it (docs/agentic.md). Imported from the working "
+        "directory, the config's directory or PYTHONPATH. Null: one completion per sample, or `rollout.env`.",
+    )
+    env: Optional[str] = Field(
+        None, description="A multi-turn environment, `module:Class` (reset, step, tools; docs/agentic.md), run by "
+        "the built-in multi-turn loop. Null: no environment.",
+    )
+    max_turns: int = Field(8, ge=1, description="With an environment: model turns per trajectory at most.")
+    max_trajectory_tokens: Optional[int] = Field(
+        None, ge=1, description="With an environment: tokens after the prompt per trajectory at most (model turns "
+        "and observations); a trajectory that reaches it ends truncated. Null: max_turns × (max_new_tokens + "
+        "max_observation_tokens).",
+    )
+    max_observation_tokens: int = Field(
+        256, ge=1, description="With an environment: tokens of one observation (the tool results and environment "
+        "messages between two model turns) at most; longer ones are cut.",
+    )
+    tool_parser: Literal["hermes"] = Field(
+        "hermes", description="How tool calls are read from the model's text. `hermes`: `<tool_call>{\"name\": ..., "
+        "\"arguments\": {...}}</tool_call>` (Hermes, Qwen).",
+    )
+    tool_timeout_s: float = Field(10.0, gt=0.0, description="With an environment: seconds one tool call may take "
+                                  "before it is cancelled and counted as a tool error (`timeout`).")
+
+    @property
+    def agentic(self) -> bool:
+        """Whether trajectories come from a rollout function or an environment rather than one completion each."""
+        return self.function is not None or self.env is not None
 
 
 class TrainConfig(Section):

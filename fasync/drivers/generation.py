@@ -71,7 +71,10 @@ class EngineRollouts:
         while len(kept) < cfg.batch_size and rounds < (cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
             groups = self.factory.new_groups(want)
             self.ledger.admit(sum(g.size for g in groups), groups)
-            for group in generate(self.engines, groups, self.factory.params, self.watchdog):
+            agent = self.factory.agent
+            done = agent.generate(self.engines, groups, self.factory.params) if agent is not None else \
+                generate(self.engines, groups, self.factory.params, self.watchdog)
+            for group in done:
                 self.factory.score(group)
                 if cfg.dynamic_sampling and zero_variance(group):
                     drops["zero_variance"] += group.size

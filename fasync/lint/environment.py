@@ -1,4 +1,4 @@
-"""The environment checks' diagnostics (E001-E007): their severities and how a finding is located, shared by
+"""The environment checks' diagnostics (E001-E008): their severities and how a finding is located, shared by
 `fasync check --preflight` (fasync/preflight.py, which looks at the cluster, the packages, the model and the
 dataset) and E007, the one environment check every lint runs: it only looks packages up."""
 
@@ -8,7 +8,7 @@ from fasync.config.loader import LoadResult
 from fasync.diagnostics import Diagnostic, Severity
 
 SEVERITIES = {"E001": Severity.ERROR, "E002": Severity.ERROR, "E003": Severity.ERROR, "E004": Severity.ERROR,
-              "E005": Severity.ERROR, "E006": Severity.INFO, "E007": Severity.ERROR}
+              "E005": Severity.ERROR, "E006": Severity.INFO, "E007": Severity.ERROR, "E008": Severity.ERROR}
 
 
 def finding(result: LoadResult, code: str, key: str, message: str, help: str | None = None) -> Diagnostic:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from fasync.metrics.agentic import TOOL_ERROR_KINDS
 from fasync.metrics.ledger import DROPPED_FROM
 from fasync.metrics.signal import ENTROPY_FLOOR, STREAK_STEPS
 from fasync.modes import ASYNC_MODES, MODES
@@ -109,6 +110,25 @@ _DROPS = {
 }
 assert set(_DROPS) | {"trimmed"} == set(DROPPED_FROM)  # trimmed samples are counted in the ledger only
 
+_AGENTIC = "`rollout.function` or `rollout.env`"
+_AGENT = (
+    ("turns_mean", "1", "mean model turns per trajectory", "mean"),
+    ("turns_max", "1", "most model turns in one trajectory", "max"),
+    ("tool_calls", "1", "tool calls the trajectories made", "sum"),
+    ("tool_errors", "1", "tool calls that failed, of every kind (`agent/tool_errors_<kind>`)", "sum"),
+    ("tool_time_s", "s", "seconds spent in tool calls, summed over calls", "sum"),
+    ("env_time_s", "s", "seconds spent in the environment's reset and step, summed over trajectories", "sum"),
+    ("masked_token_fraction", "fraction", "tokens after the prompt that the loss does not train on (observations)",
+     "mean"),
+    ("truncated", "1", "trajectories that ran out of turns or tokens before the environment was done", "sum"),
+    ("version_span_mean", "versions", "mean newest − oldest weight version among a trajectory's trained tokens",
+     "mean"),
+    ("version_span_max", "versions", "largest newest − oldest weight version among one trajectory's trained tokens",
+     "max"),
+    ("multi_version_fraction", "fraction", "trajectories whose trained tokens come from more than one version",
+     "mean"),
+)
+
 METRICS: dict[str, Metric] = _metrics(
     # Where the row sits.
     Metric("step", "index", "optimizer step, from 0 (a skipped step counts too)", over="max"),
@@ -184,6 +204,11 @@ METRICS: dict[str, Metric] = _metrics(
       for reason, (meaning, modes, when) in _DROPS.items()),
     Metric("ledger_balanced", "bool", "the sample ledger balanced when the row was written "
            "(produced = trained + dropped + queued + in flight)", scope="rollout"),
+    # Agentic rollouts (docs/agentic.md): the rollout's (drain's) trajectories.
+    *(Metric(f"agent/{name}", unit, meaning, when=_AGENTIC, scope="rollout", over=how)
+      for name, unit, meaning, how in _AGENT),
+    *(Metric(f"agent/tool_errors_{kind}", "1", f"tool calls of the rollout's trajectories that failed: {kind}",
+             when=_AGENTIC, scope="rollout", over="sum") for kind in TOOL_ERROR_KINDS),
 )
 
 

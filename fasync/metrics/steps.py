@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from fasync.metrics.agentic import agentic_stats
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
 from fasync.metrics.signal import LearningSignal
@@ -48,7 +49,7 @@ class StepRecords:
         `train_time` seconds; counts the steps."""
         samples = batch.samples
         self.recent_rewards.append(sum(s.reward for s in samples) / max(len(samples), 1))
-        batch_stats = version_stats(samples)
+        batch_stats = {**version_stats(samples), **agentic_stats(batch.groups)}
         records = []
         for index, step in enumerate(steps):
             record = {

@@ -7,6 +7,7 @@ the ids that end a completion (`stop_token_ids`). No torch here.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Protocol
 
@@ -32,20 +33,40 @@ class Tokenizer(Protocol):
 
     def format_prompt(self, prompt: str) -> list[int]: ...
 
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+        """`messages` ({"role", "content"}) through the chat template, as ids; with `add_generation_prompt`,
+        followed by what opens the assistant's turn."""
+        ...
+
+
+CHAT_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>", "<tool_call>", "</tool_call>")
+"""The embedded tokenizer's chat tokens (`CharTokenizer(chat=True)`): a turn is `<|role|>` content `<|end|>`, and
+a tool call is `<tool_call>{json}</tool_call>` in the assistant's content (the Hermes/Qwen format)."""
+
 
 class CharTokenizer:
-    """One id per character of `alphabet`, after PAD (0), BOS (1) and EOS (2)."""
+    """One id per character of `alphabet`, after PAD (0), BOS (1) and EOS (2); with `chat`, the `CHAT_TOKENS` after
+    them, one id each, and a chat template (an assistant turn ends with `<|end|>`, which stops generation)."""
 
     pad_id, bos_id, eos_id = 0, 1, 2
     num_special = 3
 
-    def __init__(self, alphabet: str):
+    def __init__(self, alphabet: str, chat: bool = False):
         self.alphabet = alphabet
         self._ids = {char: index + self.num_special for index, char in enumerate(alphabet)}
-        self.vocab_size = self.num_special + len(alphabet)
-        self.stop_token_ids = (self.eos_id,)
+        self.chat_tokens = CHAT_TOKENS if chat else ()
+        self._special_ids = {token: self.num_special + len(alphabet) + i for i, token in enumerate(self.chat_tokens)}
+        self._special_split = re.compile("(" + "|".join(map(re.escape, self.chat_tokens)) + ")") if chat else None
+        self.vocab_size = self.num_special + len(alphabet) + len(self.chat_tokens)
+        self.stop_token_ids = (self.eos_id, self._special_ids["<|end|>"]) if chat else (self.eos_id,)
 
     def encode(self, text: str) -> list[int]:
+        if self._special_split is None:
+            return self._encode_chars(text)
+        return [token for piece in self._special_split.split(text) if piece
+                for token in ([self._special_ids[piece]] if piece in self._special_ids else self._encode_chars(piece))]
+
+    def _encode_chars(self, text: str) -> list[int]:
         try:
             return [self._ids[char] for char in text]
         except KeyError as exc:
@@ -54,11 +75,21 @@ class CharTokenizer:
                              "the embedded tokenizer's alphabet") from None
 
     def decode(self, ids: list[int]) -> str:
-        """Text of the ids, skipping PAD, BOS and EOS."""
-        return "".join(self.alphabet[i - self.num_special] for i in ids if i >= self.num_special)
+        """Text of the ids, skipping PAD, BOS and EOS; a chat token reads as its text, except `<|end|>`."""
+        first_chat = self.num_special + len(self.alphabet)
+        return "".join(self.alphabet[i - self.num_special] if i < first_chat else self.chat_tokens[i - first_chat]
+                       for i in ids if i >= self.num_special and i != self._special_ids.get("<|end|>"))
 
     def format_prompt(self, prompt: str) -> list[int]:
+        if self.chat_tokens:
+            return self.render_chat([{"role": "user", "content": prompt}], add_generation_prompt=True)
         return [self.bos_id, *self.encode(prompt)]
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+        if not self.chat_tokens:
+            raise ConfigurationError("the embedded tokenizer has no chat template without its chat tokens")
+        text = "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages)
+        return [self.bos_id, *self.encode(text + ("<|assistant|>" if add_generation_prompt else ""))]
 
 
 def check_model_dir(path: str) -> Path:
@@ -103,6 +134,12 @@ class HFTokenizer:
             return self.encode(text)
         return self.hf.encode(prompt, add_special_tokens=True)
 
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+        if not self.hf.chat_template:
+            raise ConfigurationError("model.path: the tokenizer has no chat template to render a conversation with")
+        text = self.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return self.encode(text)
+
 
 def _generation_eos_ids(directory: Path) -> tuple[int, ...]:
     """Extra end-of-turn ids a chat model's generation config stops on (e.g. `<|eot_id|>`)."""
@@ -115,9 +152,11 @@ def _generation_eos_ids(directory: Path) -> tuple[int, ...]:
     return tuple(eos) if isinstance(eos, list) else (eos,)
 
 
-def build_tokenizer(model_cfg: ModelConfig, data_cfg: DataConfig) -> Tokenizer:
+def build_tokenizer(model_cfg: ModelConfig, data_cfg: DataConfig, chat: bool = False) -> Tokenizer:
     """The tokenizer of `model.path`, or the embedded one sized to what the data needs:
-    the digit alphabet for a built-in task (a small vocabulary learns fast), printable text for a file."""
+    the digit alphabet for a built-in task (a small vocabulary learns fast), printable text for a file; with
+    `chat` (agentic rollouts: `RolloutConfig.agentic`), the embedded one covers printable text (tool calls are JSON,
+    environments speak words) and has its chat tokens too."""
     if model_cfg.path is not None:
         return HFTokenizer(model_cfg.path)
-    return CharTokenizer(TASK_ALPHABET if data_cfg.path is None else TEXT_ALPHABET)
+    return CharTokenizer(TASK_ALPHABET if data_cfg.path is None and not chat else TEXT_ALPHABET, chat=chat)

@@ -240,6 +240,21 @@ def correction_chart(runs: list[Run], path: Path) -> Path:
     ], runs, "Off-policy correction (is/ diagnostics)", path)
 
 
+def agentic_chart(runs: list[Run], path: Path) -> Path:
+    absent = "no agent/ metrics: these runs have no rollout.function or rollout.env"
+    return _figure([
+        Panel("Turns per trajectory", metric_label("agent/turns_mean"),
+              (Line("agent/turns_mean", "mean"), Line("agent/turns_max", "max")), absent),
+        Panel("Tool calls and errors per rollout", metric_label("agent/tool_calls"),
+              (Line("agent/tool_calls", "calls"), Line("agent/tool_errors", "errors"),
+               Line("agent/truncated", "truncated trajectories")), absent),
+        Panel("Masked tokens (observations)", metric_label("agent/masked_token_fraction"),
+              (Line("agent/masked_token_fraction", "masked"),), absent, ylim=(-0.02, 1.02)),
+        Panel("Versions a trajectory spans", metric_label("agent/version_span_max"),
+              (Line("agent/version_span_mean", "mean"), Line("agent/version_span_max", "max")), absent),
+    ], runs, "Agentic rollouts (agent/ metrics)", path)
+
+
 PHASES = (
     ("generate", "generate_time_s"),
     ("train\n(optimizer steps)", "train_time_s"),
@@ -291,6 +306,8 @@ CHARTS = {
               "and the rollouter were idle."),
     "correction": (correction_chart, "The off-policy correction diagnostics: KL, χ², effective sample size, and "
                    "what truncation and rejection removed."),
+    "agentic": (agentic_chart, "Multi-turn trajectories: turns, tool calls and errors, truncation, the share of "
+                "tokens the loss masks out, and the weight versions one trajectory's trained tokens span."),
     "time": (time_chart, "Milliseconds per optimizer step spent in each phase, and the wall time per step."),
 }
 """Chart name (its PNG's stem) → (function, what it shows)."""

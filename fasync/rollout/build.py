@@ -22,7 +22,7 @@ def build_engine(cfg: FasyncConfig, tokenizer=None, seed: int | None = None,
     from fasync.model import build_model, build_tokenizer
     from fasync.rollout.hf_engine import HFEngine
 
-    tokenizer = tokenizer if tokenizer is not None else build_tokenizer(cfg.model, cfg.data)
+    tokenizer = tokenizer if tokenizer is not None else build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
     model = build_model(cfg.model, tokenizer, seed=cfg.train.seed)
     return HFEngine(model, pad_id=tokenizer.pad_id, device=_device(cfg), seed=seed)
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
 from fasync.data.rewards import score
-from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams
+from fasync.rollout.trajectory import Outcome
+from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams, trained_mask, trained_versions
 
 
 @dataclass
@@ -20,6 +21,8 @@ class PromptGroup:
     samples: list[Sample] = field(default_factory=list)
     prompt_index: int = 0
     """The prompt's index in the dataset (`PromptDataset.location` names its file and line)."""
+    outcomes: list[Outcome] = field(default_factory=list)
+    """Agentic rollouts (`fasync.rollout.agent`): each finished trajectory's reward and stats, as `requests`."""
 
     @property
     def size(self) -> int:
@@ -40,8 +43,9 @@ class PromptGroup:
 
     @property
     def oldest_token_version(self) -> int | None:
-        """The oldest weight version behind any token generated so far; None before the first token."""
-        return min((v for req in self.requests for v in req.token_versions), default=None)
+        """The oldest weight version behind any trained token generated so far; None before the first token."""
+        return min((v for req in self.requests if req.token_versions
+                    for v in trained_versions(req.token_versions, req.loss_mask)), default=None)
 
 
 def sampling_params(cfg: FasyncConfig, stop_token_ids: tuple[int, ...]) -> SamplingParams:
@@ -57,7 +61,9 @@ def sampling_params(cfg: FasyncConfig, stop_token_ids: tuple[int, ...]) -> Sampl
 class GroupFactory:
     """Draws prompts, turns them into generation requests and scores what comes back."""
 
-    def __init__(self, cfg: FasyncConfig, tokenizer, dataset, reward_fn):
+    def __init__(self, cfg: FasyncConfig, tokenizer, dataset, reward_fn, agent=None):
+        self.agent = agent
+        """Agentic rollouts: the `fasync.rollout.agent.AgentRunner` that builds each group's trajectories."""
         self.n = cfg.rollout.n_samples_per_prompt
         self.tokenizer = tokenizer
         self.dataset = dataset
@@ -100,10 +106,14 @@ class GroupFactory:
         return PromptGroup(group_id, problem.prompt, problem.label, requests, prompt_index=index)
 
     def score(self, group: PromptGroup) -> PromptGroup:
+        """The group's samples: each trajectory's reward from its rollout function or environment where it gave
+        one, else the reward function's score of the model's text (its trained tokens, stop tokens left out)."""
         stops = set(self.tokenizer.stop_token_ids)
         group.samples = []
-        for gen in group.requests:
-            completion_ids = [t for t in gen.output_ids if t not in stops]
+        given = [outcome.reward for outcome in group.outcomes] or [None] * group.size
+        for gen, reward in zip(group.requests, given):
+            completion_ids = [t for t, trained in zip(gen.output_ids, trained_mask(gen.loss_mask, len(gen.output_ids)))
+                              if trained and t not in stops]
             completion = self.tokenizer.decode(completion_ids)
             group.samples.append(
                 Sample(
@@ -112,10 +122,11 @@ class GroupFactory:
                     output_ids=gen.output_ids,
                     behaviour_logprobs=gen.logprobs,
                     token_versions=gen.token_versions,
-                    reward=self._reward(completion, group),
+                    reward=self._reward(completion, group) if reward is None else reward,
                     label=group.label,
                     completion=completion,
                     finish_reason=gen.finish_reason,
+                    loss_mask=gen.loss_mask,
                 )
             )
         return group
@@ -136,14 +147,22 @@ def build_factory(resolved) -> GroupFactory:
     from fasync.model import build_tokenizer
 
     cfg, dims = resolved.config, resolved.model_dims
-    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
     dataset = build_dataset(cfg.data)
     check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
     if cfg.model.path is not None:
         from fasync.model.weights import check_weights
 
         check_weights(cfg.model.path)
-    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward))
+    agent = None
+    if cfg.rollout.agentic:
+        from fasync.rollout.agent import AgentRunner, import_rollout_function
+        from fasync.rollout.env_loop import EnvironmentRollout
+
+        function = import_rollout_function(cfg.rollout.function) if cfg.rollout.function is not None else \
+            EnvironmentRollout(cfg, dims.max_context if dims is not None else None)
+        agent = AgentRunner(cfg, tokenizer, function)
+    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward), agent)
 
 
 def zero_variance(group: PromptGroup) -> bool:

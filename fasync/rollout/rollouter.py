@@ -103,6 +103,10 @@ class Rollouter:
         """Delivered groups not yet reported trained: in the queue, or taken by a drain."""
         self._restored: list[PromptGroup] = []
         """In-flight groups from a checkpoint, for the engine loops' first batches."""
+        self._agent_runs: dict[GroupId, asyncio.Task] = {}
+        """Agentic rollouts: each group's task running its trajectories (`AgentRunner.run_group`)."""
+        self._agent_clients: dict[int, object] = {}
+        """Agentic rollouts: each engine's `EngineClient`."""
 
     # -- admission -------------------------------------------------------------------------------
 
@@ -207,6 +211,46 @@ class Rollouter:
         finally:
             self.busy_s += time.monotonic() - started
 
+    async def _run_agents(self, index: int, engine, groups: list[PromptGroup]) -> None:
+        """Agentic rollouts: start the groups not yet running as tasks of the rollout function, then wait until
+        one of them has finished, or until admission may have news. Their turns reach the engine through
+        `_agent_call`; a tool call holds no engine, so a weight sync never waits for one."""
+        client = self._agent_clients.get(index)
+        if client is None:
+            client = self._agent_clients[index] = self.factory.agent.client(self._agent_call(index, engine),
+                                                                            self.factory.params)
+        if any(group.finished for group in groups):
+            return  # finished before a checkpoint, not yet delivered: the engine loop delivers it now
+        for group in groups:
+            if group.group_id not in self._agent_runs:
+                self._agent_runs[group.group_id] = asyncio.create_task(self.factory.agent.run_group(group, client))
+        runs = [self._agent_runs[group.group_id] for group in groups]
+        changed = asyncio.create_task(self._changed.wait())
+        try:
+            await asyncio.wait([*runs, changed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+        for group, run in zip(groups, runs):
+            if run.done():
+                del self._agent_runs[group.group_id]
+                run.result()  # the rollout function's failure, named
+
+    def _agent_call(self, index: int, engine):
+        """Agentic rollouts: engine `index`'s generate call for its client. It waits while a weight sync or a
+        snapshot holds generation, and holds its requests while in flight, so that a sync waits for it (or aborts
+        it, with partial rollout: the client continues the turns from their prefix once generation resumes)."""
+        async def call(requests: list, params) -> list:
+            await self._running.wait()
+            self._hold(index, requests)  # no await since the wait: a sync that starts now waits for this call
+            started = time.monotonic()
+            try:
+                return unpack(await self._awaiting(f"engine {index}'s generate call",
+                                                   engine.generate.remote(pack(requests), params)))
+            finally:
+                self.busy_s += time.monotonic() - started
+                await self._release(index, [req.request_id for req in requests])
+        return call
+
     def _to_send(self, groups: list[PromptGroup], index: int) -> list:
         """The groups' unfinished requests that engine `index` does not hold, counting the groups they resume."""
         held = self._held[index]
@@ -258,7 +302,8 @@ class Rollouter:
         """Keep the engine's batch full: each call continues the groups in it (streaming: the engine continues
         them, and each round waits for some to end), groups that finished leave for the queue, and admission
         tops the batch up before the next call (round)."""
-        advance = self._stream if self.streaming else self._call
+        advance = self._run_agents if self.factory.agent is not None else \
+            self._stream if self.streaming else self._call
         while not self._stopping:
             if not self._running.is_set() and not self._held[index]:
                 await self._running.wait()
@@ -293,6 +338,8 @@ class Rollouter:
             # What the engines still held was dropped with its groups (`unfinished_at_stop`).
             for collector in self._collectors.values():
                 collector.cancel()
+            for run in self._agent_runs.values():
+                run.cancel()
         return self.ledger
 
     # -- control from the driver -----------------------------------------------------------------

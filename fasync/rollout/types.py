@@ -10,6 +10,20 @@ from fasync import staleness
 FinishReason = Literal["stop", "length", "abort"]
 
 
+def trained_mask(loss_mask: list[bool], length: int) -> list[bool]:
+    """Whether the loss trains on each of `length` output tokens. `loss_mask` covers the first tokens and a
+    token past its end is a model token (trained): an engine appends what it samples without touching the mask,
+    and a single-turn completion has an empty one. A multi-turn trajectory's observation tokens (tool results,
+    environment messages, the chat template's turn markers) are False."""
+    return loss_mask[:length] + [True] * (length - len(loss_mask))
+
+
+def trained_versions(token_versions: list[int], loss_mask: list[bool]) -> list[int]:
+    """The weight versions of the tokens the loss trains on (all of them where none is trained)."""
+    trained = [v for v, keep in zip(token_versions, trained_mask(loss_mask, len(token_versions))) if keep]
+    return trained or token_versions
+
+
 @dataclass(frozen=True, order=True)
 class GroupId:
     """A prompt group's identity for the whole run: the `draw`-th prompt drawn from the dataset (from 0)
@@ -40,6 +54,9 @@ class Generation:
     from whatever `output_ids` it already holds (a partial rollout resumed after
     a weight sync), appending tokens, their behaviour logprobs and the weight
     version that produced each token.
+
+    A multi-turn trajectory is one Generation too: its output holds the model's turns and, between them, the
+    observation tokens (`loss_mask` False, behaviour logprob 0, the version of the model token before them).
     """
 
     request_id: int
@@ -48,6 +65,8 @@ class Generation:
     logprobs: list[float] = field(default_factory=list)
     token_versions: list[int] = field(default_factory=list)
     finish_reason: Optional[FinishReason] = None
+    loss_mask: list[bool] = field(default_factory=list)
+    """See `trained_mask`: empty for a single-turn completion."""
 
     @property
     def finished(self) -> bool:
@@ -68,15 +87,23 @@ class Sample:
     completion: str = ""
     finish_reason: Optional[FinishReason] = None
     advantage: float = 0.0
+    loss_mask: list[bool] = field(default_factory=list)
+    """See `trained_mask`: empty for a single-turn completion."""
+
+    @property
+    def trained(self) -> list[bool]:
+        """Per output token, whether the loss trains on it."""
+        return trained_mask(self.loss_mask, len(self.output_ids))
 
     @property
     def oldest_version(self) -> int:
-        return min(self.token_versions)
+        """The oldest weight version behind a trained token: what staleness and the policy lag count from."""
+        return min(trained_versions(self.token_versions, self.loss_mask))
 
     @property
     def newest_version(self) -> int:
-        return max(self.token_versions)
+        return max(trained_versions(self.token_versions, self.loss_mask))
 
     def staleness(self, current_version: int) -> int:
-        """Versions between the trainer's weights and the oldest weights that produced any token."""
+        """Versions between the trainer's weights and the oldest weights that produced any trained token."""
         return staleness.staleness(current_version, self.oldest_version)

@@ -127,8 +127,8 @@ def planning_tokenizer(cfg: FasyncConfig):
     from fasync.model import build_tokenizer
 
     if cfg.model.path is not None and not Path(cfg.model.path).exists():
-        return build_tokenizer(cfg.model.model_copy(update={"path": None}), cfg.data)
-    return build_tokenizer(cfg.model, cfg.data)
+        return build_tokenizer(cfg.model.model_copy(update={"path": None}), cfg.data, chat=cfg.rollout.agentic)
+    return build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
 
 
 def _learned_lengths(cfg: FasyncConfig, run_lengths: Optional[list[float]]) -> Lengths:

@@ -38,7 +38,8 @@ class MicroBatch:
     score_slots: Tensor
     """[N] where each of them goes in the flattened [S, L] layout."""
     completion_mask: Tensor
-    """[S, L] bool: the entries that hold a completion token."""
+    """[S, L] bool: the entries that hold a completion token the loss trains on (a multi-turn trajectory's
+    observation tokens are scored with the rest, and masked out here)."""
     behaviour_logprobs: Tensor
     """[S, L] the rollout engine's logprobs (0 outside the mask)."""
     advantages: Tensor
@@ -92,7 +93,7 @@ def collate(samples: list[Sample], pad_id: int, packed: bool = False) -> MicroBa
             positions.extend(range(first, first + completion))
             targets.extend(sample.output_ids)
             slots.extend(range(sequence * longest, sequence * longest + completion))
-            completion_mask[sequence, :completion] = True
+            completion_mask[sequence, :completion] = torch.tensor(sample.trained, dtype=torch.bool)
             behaviour[sequence, :completion] = torch.tensor(sample.behaviour_logprobs, dtype=torch.float32)
             offset += len(tokens)
             sequence += 1

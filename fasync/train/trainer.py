@@ -48,7 +48,7 @@ class Trainer:
         self.strategy = self.derived.train_strategy
         self.rank, self.world_size = rank, world_size
         self.device = distributed.local_device(cfg.resources.gpus_per_trainer_rank)
-        tokenizer = build_tokenizer(cfg.model, cfg.data)
+        tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
         self.pad_id = tokenizer.pad_id
         distributed.init(rank, world_size, init_method, self.device, always=self.strategy == "fsdp2")
         self.compute_dtype = DTYPES[cfg.model.dtype]

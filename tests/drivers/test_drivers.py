@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from driver_runs import run_mode, start_run
+from driver_runs import assert_ledger_balanced, run_mode, start_run
 from sections import tiny_config
 
 from fasync.config.schema import FasyncConfig
@@ -54,14 +54,6 @@ def slow_trainer(monkeypatch, delay_s: float) -> None:
 
 
 
-def assert_rows_match_the_registry(driver) -> None:
-    """Every row holds each metric the registry says the mode always writes (the writer refuses the rest)."""
-    from fasync.metrics.registry import METRICS
-
-    always = {name for name, metric in METRICS.items() if driver.mode in metric.modes and metric.when is None}
-    for row in driver.run.writer.history:
-        assert always <= row.keys(), always - row.keys()
-
 
 def assert_lag_reaches_the_bound(driver) -> None:
     """The policy lag, in optimizer steps, never exceeds the derived worst case and reaches it."""
@@ -69,13 +61,6 @@ def assert_lag_reaches_the_bound(driver) -> None:
     lags = [record["policy_lag_max"] for record in driver.run.writer.history]
     assert max(lags) == bound, (lags, bound)
 
-
-def assert_ledger_balanced(driver) -> None:
-    assert_rows_match_the_registry(driver)
-    ledger = driver.ledger
-    assert ledger.balanced, ledger.balance_sheet()
-    assert ledger.consumed > 0
-    assert all(record["ledger_balanced"] for record in driver.run.writer.history)
 
 
 def test_sync_trains_on_policy_and_accounts_for_every_sample(ray_session, tmp_path):

@@ -4,6 +4,7 @@ A code is a family letter and three digits, and keeps its meaning once released.
 """
 
 from fasync.lint.rules import (  # noqa: F401 - imported for their registrations
+    agentic,
     algorithm,
     batch,
     correction,
@@ -28,6 +29,7 @@ FAMILIES = {
     "Q": "the fully_async queue and rollouter",
     "R": "resources: GPUs and placement",
     "S": "staleness and the async modes",
+    "T": "agentic rollouts: trajectories, environments, tools",
     "U": "settings that have no effect",
 }
 """Code prefix → what the family checks (docs/rules.md lists them)."""

@@ -1,0 +1,37 @@
+"""What a rollout's (drain's) trajectories did, for its rows: turns, tool calls and errors, tool and environment
+time, the masked share of their tokens, truncation and the weight versions each spans (`agent/*` in the registry)."""
+
+from __future__ import annotations
+
+TOOL_ERROR_KINDS = ("bad_call", "unknown_tool", "timeout", "exception", "crash", "output_limit", "forbidden", "other")
+"""The kinds `agent/tool_errors_<kind>` counts: the multi-turn loop's and the python sandbox's
+(`fasync.rollout.tools`, `fasync.rollout.sandbox`); a `ToolError` of any other kind counts as `other`."""
+
+
+def agentic_stats(groups) -> dict:
+    """The `agent/*` values of a rollout's groups; none when its groups are not agentic (no outcomes)."""
+    pairs = [(sample, outcome) for group in groups for sample, outcome in zip(group.samples, group.outcomes)]
+    if not pairs:
+        return {}
+    stats = [outcome.stats for _, outcome in pairs]
+    errors = dict.fromkeys(TOOL_ERROR_KINDS, 0)
+    for trajectory in stats:
+        for kind, count in trajectory.tool_errors.items():
+            errors[kind if kind in errors else "other"] += count
+    tokens = sum(len(sample.output_ids) for sample, _ in pairs)
+    masked = sum(not trained for sample, _ in pairs for trained in sample.trained)
+    spans = [sample.newest_version - sample.oldest_version for sample, _ in pairs]
+    return {
+        "agent/turns_mean": sum(s.turns for s in stats) / len(stats),
+        "agent/turns_max": max(s.turns for s in stats),
+        "agent/tool_calls": sum(s.tool_calls for s in stats),
+        "agent/tool_errors": sum(errors.values()),
+        **{f"agent/tool_errors_{kind}": count for kind, count in errors.items()},
+        "agent/tool_time_s": sum(s.tool_time_s for s in stats),
+        "agent/env_time_s": sum(s.env_time_s for s in stats),
+        "agent/masked_token_fraction": masked / max(tokens, 1),
+        "agent/truncated": sum(s.truncated for s in stats),
+        "agent/version_span_mean": sum(spans) / len(spans),
+        "agent/version_span_max": max(spans),
+        "agent/multi_version_fraction": sum(span > 0 for span in spans) / len(spans),
+    }
