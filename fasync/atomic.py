@@ -27,7 +27,7 @@ class RunFileError(Exception):
 
 
 _PROBLEMS = {
-    errno.ENOSPC: "the disk is full",
+    errno.ENOSPC: "no space left on device (the disk is full)",
     errno.EDQUOT: "the disk quota is exceeded",
     errno.EROFS: "the filesystem is read-only",
     errno.EACCES: "permission denied",
