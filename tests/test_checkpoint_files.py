@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 import yaml
-from full_disk import fasync_on_a_full_disk
+from mounts import fasync_on_a_full_disk
 from sections import tiny_sections
 from test_cli_train import REPO, fasync
 

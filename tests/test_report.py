@@ -216,7 +216,7 @@ def test_the_command_writes_next_to_a_single_run(five_runs):
 
 
 def test_report_onto_a_file_or_a_full_disk_is_one_line(five_runs, tmp_path):
-    from full_disk import fasync_on_a_full_disk
+    from mounts import fasync_on_a_full_disk
 
     (tmp_path / "taken").write_text("the user's file")
     onto_a_file = runner.invoke(app, ["report", str(five_runs[0]), "-o", str(tmp_path / "taken")])
