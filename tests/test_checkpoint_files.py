@@ -129,6 +129,7 @@ def test_a_crafted_value_stored_in_the_trainer_checkpoint_is_refused_and_runs_no
     with pytest.raises(BaseException) as raised:
         dcp_load({"hyper": None}, tmp_path / "trainer")
     assert not marker.exists() and "could run code" in str(raised.value)
+    assert f"{tmp_path / 'trainer'}: the value hyper stored there is not plain data" in str(raised.value)
 
 
 @pytest.mark.parametrize("content", [b"garbage", b"", b"\x80\x04K\x01."])

@@ -120,15 +120,20 @@ def _damaged(path: Path, problem: str) -> CheckpointError:
 
 
 class SafePlanner(DefaultLoadPlanner):
-    """DCP's load planner, which unpickles a stored value only after `torch.load(weights_only=True)` read it."""
+    """DCP's load planner, which unpickles a value stored in `directory` only after `torch.load(weights_only=True)`
+    read it."""
+
+    def __init__(self, directory: Path):
+        super().__init__()
+        self.directory = directory
 
     def load_bytes(self, read_item, value: io.BytesIO) -> None:
         try:
             torch.load(value, weights_only=True)
         except pickle.UnpicklingError as error:
-            raise CheckpointError(f"the value {read_item.dest_index.fqn} stored in the trainer's checkpoint is "
-                                  "not plain data, so it is not loaded (loading it could run code); resume or "
-                                  "export only run directories that you or fasync wrote") from error
+            raise CheckpointError(f"{self.directory}: the value {read_item.dest_index.fqn} stored there is not plain "
+                                  "data, so it is not loaded (loading it could run code); resume or export only run "
+                                  "directories that you or fasync wrote") from error
         value.seek(0)
         super().load_bytes(read_item, value)
 
@@ -139,4 +144,4 @@ def dcp_load(state: dict, directory: Path) -> None:
     import torch.distributed.checkpoint as dcp
 
     check_metadata(directory)
-    dcp.load(state, checkpoint_id=str(directory), planner=SafePlanner())
+    dcp.load(state, checkpoint_id=str(directory), planner=SafePlanner(directory))
