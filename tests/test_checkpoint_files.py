@@ -192,3 +192,11 @@ def test_a_full_disk_under_the_trainer_checkpoint_says_so_with_the_path(tmp_path
     message = str(raised.value)
     assert "no space left on device" in message and str(tmp_path / "trainer") in message
     assert "CheckpointException" not in message and "\n" not in message
+
+
+def test_a_state_file_written_onto_a_full_disk_raises_the_os_error():
+    from fasync.checkpoint.state import save_state
+
+    with pytest.raises(OSError) as raised:
+        save_state(driver_state(), Path("/dev/full"))
+    assert raised.value.errno == errno.ENOSPC

@@ -44,6 +44,7 @@ def state_types() -> list:
             # async driver.pt files written before RolloutBatch moved to fasync.drivers.generation
             (RolloutBatch, "fasync.drivers.common.RolloutBatch")]
 
+
 _METADATA_TYPES = {
     "torch.distributed.checkpoint.metadata": {"Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
                                               "TensorStorageMetadata", "ChunkStorageMetadata",

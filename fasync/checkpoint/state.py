@@ -93,11 +93,21 @@ def save_trainer(trainer, checkpoint_dir: Path) -> None:
     directory = Path(checkpoint_dir) / TRAINER
     try:
         dcp.save({"model": model, "optimizer": optimizer}, checkpoint_id=str(directory))
-        torch.save({"rollouts": trainer.rollouts, "steps": trainer.steps, "rngs": capture_rngs()},
+        save_state({"rollouts": trainer.rollouts, "steps": trainer.steps, "rngs": capture_rngs()},
                    directory / f"rank-{trainer.rank}.pt")
     except _failures() as error:
-        raise CheckpointError(f"cannot write the trainer's checkpoint ({_describe(_cause(error), directory)}); the "
-                              "previous checkpoints are kept") from error
+        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} "
+                              f"({_describe(_cause(error), directory)}); the previous checkpoints are kept") from error
+
+
+def save_state(value: dict, path: Path) -> None:
+    """driver.pt or a rank-R.pt, as `load_state` reads it back. Serialized in memory and written by Python, so
+    that a full disk raises OSError (torch.save's own writer says only "unexpected pos")."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    Path(path).write_bytes(buffer.getvalue())
 
 
 def _unreadable(checkpoint_dir: Path, what: str, error: BaseException) -> CheckpointError:
