@@ -15,19 +15,24 @@ _FULL_DISK = 'mount -t tmpfs -o size=256k tmpfs "$0" && (head -c 1M /dev/zero > 
 _READ_ONLY = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
 
 
-def _fasync_in_a_namespace(script: str, mount_point: Path, args: tuple[str, ...], cwd: Path):
+def _in_a_namespace(script: str, mount_point: Path, command: tuple[str, ...], cwd: Path):
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-Urm", "true"], capture_output=True).returncode:
         pytest.skip("unshare -Urm is not allowed here, so nothing can be mounted")
-    return subprocess.run(["unshare", "-Urm", "sh", "-c", script, str(mount_point), sys.executable, "-m",
-                           "fasync.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return subprocess.run(["unshare", "-Urm", "sh", "-c", script, str(mount_point), *command], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+def python_on_a_full_disk(mount_point: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python ARGS` with `mount_point` (created here) a full disk."""
+    mount_point.mkdir(parents=True, exist_ok=True)
+    return _in_a_namespace(_FULL_DISK, mount_point, (sys.executable, *args), cwd)
 
 
 def fasync_on_a_full_disk(mount_point: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """`python -m fasync.cli ARGS` with `mount_point` (created here) a full disk."""
-    mount_point.mkdir(parents=True, exist_ok=True)
-    return _fasync_in_a_namespace(_FULL_DISK, mount_point, args, cwd)
+    return python_on_a_full_disk(mount_point, "-m", "fasync.cli", *args, cwd=cwd)
 
 
 def fasync_on_a_read_only_mount(directory: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """`python -m fasync.cli ARGS` with `directory` mounted read-only."""
-    return _fasync_in_a_namespace(_READ_ONLY, directory, args, cwd)
+    return _in_a_namespace(_READ_ONLY, directory, (sys.executable, "-m", "fasync.cli", *args), cwd)

@@ -18,13 +18,13 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 import yaml
-from mounts import fasync_on_a_full_disk
+from mounts import fasync_on_a_full_disk, python_on_a_full_disk
 from sections import tiny_sections
 from test_cli_train import REPO, fasync
 
 from fasync import checkpoint
 from fasync.checkpoint.safe_load import dcp_load, load_state
-from fasync.checkpoint.state import capture_rngs, load_driver_state, save_trainer
+from fasync.checkpoint.state import capture_rngs, load_driver_state
 from fasync.drivers.generation import RolloutBatch
 from fasync.metrics.signal import LearningSignal
 from fasync.rollout.groups import PromptGroup
@@ -172,26 +172,37 @@ def test_export_onto_a_full_disk_is_one_line_and_leaves_nothing(run_dir, tmp_pat
     assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
 
 
-class _Trainer:
-    def __init__(self):
-        self.model = torch.nn.Linear(3, 2)
-        self.optimizer = torch.optim.AdamW(self.model.parameters())
-        self.rank, self.rollouts, self.steps = 0, 0, 0
+_SAVE_ONTO = """
+import sys
+from pathlib import Path
+
+import torch
+
+from fasync.checkpoint import CheckpointError
+from fasync.checkpoint.state import save_trainer
 
 
-def test_a_full_disk_under_the_trainer_checkpoint_says_so_with_the_path(tmp_path, monkeypatch):
-    from torch.distributed.checkpoint import filesystem
+class Trainer:
+    model = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.AdamW(model.parameters())
+    rank, rollouts, steps = 0, 0, 0
 
-    def full(self, path, mode):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(filesystem.FileSystem, "create_stream", full)
-    (tmp_path / "trainer").mkdir()
-    with pytest.raises(checkpoint.CheckpointError) as raised:
-        save_trainer(_Trainer(), tmp_path)
-    message = str(raised.value)
-    assert "no space left on device" in message and str(tmp_path / "trainer") in message
-    assert "CheckpointException" not in message and "\n" not in message
+(Path(sys.argv[1]) / "trainer").mkdir()
+try:
+    save_trainer(Trainer(), Path(sys.argv[1]))
+except CheckpointError as error:
+    print(error)
+"""
+
+
+def test_a_full_disk_under_the_trainer_checkpoint_says_so_with_the_path(tmp_path):
+    disk = tmp_path / "disk"
+    result = python_on_a_full_disk(disk, "-c", _SAVE_ONTO, str(disk), cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith(f"cannot write the trainer's checkpoint to {disk / 'trainer'} (")
+    assert "no space left on device" in result.stdout and "CheckpointException" not in result.stdout
+    assert result.stdout.count("\n") == 1 and "Traceback" not in result.stderr
 
 
 def test_a_state_file_written_onto_a_full_disk_raises_the_os_error():

@@ -96,8 +96,29 @@ def save_trainer(trainer, checkpoint_dir: Path) -> None:
         save_state({"rollouts": trainer.rollouts, "steps": trainer.steps, "rngs": capture_rngs()},
                    directory / f"rank-{trainer.rank}.pt")
     except _failures() as error:
-        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} "
-                              f"({_describe(_cause(error), directory)}); the previous checkpoints are kept") from error
+        cause = _cause(error)
+        if not isinstance(cause, OSError):
+            cause = _full_disk(directory) or cause
+        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} ({_describe(cause, directory)}); "
+                              "the previous checkpoints are kept") from error
+
+
+_FULL_BELOW = 1 << 20
+"""Free bytes under which a failed write is put down to a full disk (`_full_disk`)."""
+
+
+def _full_disk(directory: Path) -> OSError | None:
+    """torch.save, which DCP writes its shards with, reports a full disk only as a short write ("unexpected
+    pos"), without the OSError: a write that failed where (almost) no space is left is taken as ENOSPC."""
+    import errno
+    import os
+    import shutil
+
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return None
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory)) if free < _FULL_BELOW else None
 
 
 def save_state(value: dict, path: Path) -> None:
