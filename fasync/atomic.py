@@ -27,7 +27,7 @@ class RunFileError(Exception):
 
 
 _PROBLEMS = {
-    errno.ENOSPC: "the disk is full",
+    errno.ENOSPC: "no space left on device (the disk is full)",
     errno.EDQUOT: "the disk quota is exceeded",
     errno.EROFS: "the filesystem is read-only",
     errno.EACCES: "permission denied",
@@ -41,7 +41,7 @@ _PROBLEMS = {
 
 
 def describe_os_error(path: Path | str, error: OSError) -> str:
-    """`PATH: the disk is full` — one line, for any OSError a write raised."""
+    """`PATH: no space left on device (the disk is full)` — one line, for any OSError a write raised."""
     problem = _PROBLEMS.get(error.errno, error.strerror or type(error).__name__)
     return f"{path}: {problem}"
 

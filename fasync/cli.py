@@ -175,13 +175,16 @@ def export(
     out: Annotated[str, typer.Argument(metavar="OUT", help="The directory to write the model to.")],
     step: Annotated[int | None, typer.Option("--step", help="The checkpoint after this many optimizer steps "
                                              "(default: the newest).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Write into OUT even if it holds files that are not "
+                                        "a fasync export (files of the same names are replaced).")] = False,
 ) -> None:
     """Export a checkpoint's policy for use elsewhere: a Hugging Face model with save_pretrained (safetensors)
-    and its tokenizer; the embedded model as model.safetensors and fasync_model.json. Exit 0: written, 1: the
-    checkpoint cannot be used, 2: no run directory."""
+    and its tokenizer; the embedded model as model.safetensors; and fasync_model.json. OUT must be new, empty
+    or an earlier export. Exit 0: written, 1: the checkpoint cannot be used or OUT cannot be written, 2: no run
+    directory."""
     from fasync.commands import export as command
 
-    raise typer.Exit(command.run(run_dir, out, step))
+    raise typer.Exit(command.run(run_dir, out, step, force))
 
 
 @app.command()

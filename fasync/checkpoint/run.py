@@ -15,6 +15,7 @@ from pathlib import Path
 import ray
 
 from fasync import checkpoint
+from fasync.atomic import describe_os_error
 from fasync.checkpoint import CheckpointMeta
 from fasync.config.schema import FasyncConfig
 from fasync.metrics.ledger import Event, Journal, Ledger
@@ -127,8 +128,8 @@ class RunCheckpoints:
             self._write(temp, reason, standing, mode)
         except OSError as error:
             checkpoint.abandon(temp)
-            raise checkpoint.CheckpointError(f"cannot write a checkpoint: {error}; the previous ones are kept") \
-                from error
+            raise checkpoint.CheckpointError(f"cannot write a checkpoint ({describe_os_error(error.filename or temp, error)}"
+                                             "); the previous ones are kept") from error
         except BaseException:
             checkpoint.abandon(temp)
             raise
@@ -145,9 +146,7 @@ class RunCheckpoints:
 
     def _write(self, temp: Path, reason: str, standing: Standing, mode: ModeCheckpoint) -> None:
         """The journal up to the checkpoint, the trainer's part, and driver.pt, into `temp`."""
-        import torch
-
-        from fasync.checkpoint.state import capture_rngs
+        from fasync.checkpoint.state import capture_rngs, save_state
 
         self.journal.write(mode.journal)
         self.journal.write(mode.ledger.take_journal())
@@ -163,7 +162,7 @@ class RunCheckpoints:
             ledger=mode.ledger.as_dict(), recent_rewards=standing.recent_rewards, signal=standing.signal,
             factory=self.factory.state_dict(), rngs=capture_rngs(), engine_rngs=engine_rngs, mode=mode.state,
             metrics_bytes=self.writer.size, journal_bytes=self.journal.size, wall_time=self.writer.elapsed)
-        torch.save(state.as_dict(), temp / checkpoint.DRIVER)
+        save_state(state.as_dict(), temp / checkpoint.DRIVER)
 
     def restore(self, resumed: checkpoint.Checkpoint, state: DriverState) -> None:
         """Take up `resumed` outside the driver's counters: the trainer's state, the data cursor, the RNGs, and

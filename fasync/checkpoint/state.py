@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import random
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fasync.atomic import RunFileError, describe_os_error, run_file_error
 from fasync.checkpoint import TRAINER, Checkpoint, CheckpointError
+from fasync.checkpoint.safe_load import dcp_load, load_state
 
 
 def capture_rngs() -> dict:
@@ -47,7 +50,29 @@ def _failures() -> tuple:
     return (Exception, CheckpointException)
 
 
-def _first_line(error: BaseException) -> str:
+def _cause(error: BaseException) -> BaseException:
+    """What went wrong beneath DCP's CheckpointException, which holds each rank's exception with its traceback
+    and says only "CheckpointException ranks:dict_keys([0])" on its first line: the first rank's exception,
+    followed down its causes to the OSError (a full disk) or CheckpointError (a refused file) a user can act on."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    seen: set[int] = set()
+    while id(error) not in seen and not isinstance(error, (OSError, CheckpointError)):
+        seen.add(id(error))
+        if isinstance(error, CheckpointException) and error.failures:
+            failure = next(iter(error.failures.values()))  # (exception, traceback) per rank
+            error = failure[0] if isinstance(failure, tuple) else failure
+        elif error.__cause__ is not None:
+            error = error.__cause__
+        else:
+            break
+    return error
+
+
+def _describe(error: BaseException, path: Path) -> str:
+    """One line for what reading or writing the checkpoint file(s) at `path` raised."""
+    if isinstance(error, OSError):
+        return describe_os_error(error.filename or path, error)
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
@@ -68,28 +93,66 @@ def save_trainer(trainer, checkpoint_dir: Path) -> None:
     directory = Path(checkpoint_dir) / TRAINER
     try:
         dcp.save({"model": model, "optimizer": optimizer}, checkpoint_id=str(directory))
-        torch.save({"rollouts": trainer.rollouts, "steps": trainer.steps, "rngs": capture_rngs()},
+        save_state({"rollouts": trainer.rollouts, "steps": trainer.steps, "rngs": capture_rngs()},
                    directory / f"rank-{trainer.rank}.pt")
     except _failures() as error:
-        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} ({_first_line(error)}); the "
-                              "previous checkpoints are kept") from error
+        cause = _cause(error)
+        if not isinstance(cause, OSError):
+            cause = _full_disk(directory) or cause
+        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} ({_describe(cause, directory)}); "
+                              "the previous checkpoints are kept") from error
+
+
+_FULL_BELOW = 1 << 20
+"""Free bytes under which a failed write is put down to a full disk (`_full_disk`)."""
+
+
+def _full_disk(directory: Path) -> OSError | None:
+    """torch.save, which DCP writes its shards with, reports a full disk only as a short write ("unexpected
+    pos"), without the OSError: a write that failed where (almost) no space is left is taken as ENOSPC."""
+    import errno
+    import os
+    import shutil
+
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return None
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory)) if free < _FULL_BELOW else None
+
+
+def save_state(value: dict, path: Path) -> None:
+    """driver.pt or a rank-R.pt, as `load_state` reads it back. Serialized in memory and written by Python, so
+    that a full disk raises OSError (torch.save's own writer says only "unexpected pos")."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    Path(path).write_bytes(buffer.getvalue())
+
+
+def _unreadable(checkpoint_dir: Path, what: str, error: BaseException) -> CheckpointError:
+    """A checkpoint file that cannot be read: a refused one as it says, any other named with its problem."""
+    cause = _cause(error)
+    if isinstance(cause, CheckpointError):
+        return cause
+    return CheckpointError(f"checkpoint {checkpoint_dir}: {what} cannot be read ({_describe(cause, checkpoint_dir)}); "
+                           "delete the directory to use the one before")
 
 
 def load_trainer(trainer, checkpoint_dir: Path) -> None:
     """Every rank calls: the inverse of `save_trainer` (a rank without its own rank file takes rank 0's
     counters, with its RNGs left as they are)."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     directory = Path(checkpoint_dir) / TRAINER
     model, optimizer = _stateful(trainer)
     try:
-        dcp.load({"model": model, "optimizer": optimizer}, checkpoint_id=str(directory))
+        dcp_load({"model": model, "optimizer": optimizer}, directory)
         own = directory / f"rank-{trainer.rank}.pt"
-        extra = torch.load(own if own.is_file() else directory / "rank-0.pt", weights_only=False)
+        extra = load_state(own if own.is_file() else directory / "rank-0.pt")
     except _failures() as error:
-        raise CheckpointError(f"checkpoint {checkpoint_dir}: the trainer state cannot be read ({_first_line(error)}); "
-                              "delete the directory to use the one before") from error
+        raise _unreadable(checkpoint_dir, "the trainer state", error) from error
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=model, optim_state_dict=optimizer)
     trainer.rollouts, trainer.steps = extra["rollouts"], extra["steps"]
     if own.is_file():
@@ -100,56 +163,110 @@ def load_driver_state(checkpoint: Checkpoint) -> dict:
     from fasync.checkpoint import DRIVER
 
     try:
-        return torch.load(checkpoint.path / DRIVER, weights_only=False)
+        return load_state(checkpoint.path / DRIVER)
     except _failures() as error:
-        raise CheckpointError(f"checkpoint {checkpoint.path}: {DRIVER} cannot be read ({_first_line(error)}); "
-                              "delete the directory to use the one before") from error
+        raise _unreadable(checkpoint.path, DRIVER, error) from error
 
 
 def load_policy(cfg, checkpoint: Checkpoint):
     """The policy of `checkpoint`, whole, in one process (DCP reshards whatever wrote it)."""
-    import torch.distributed.checkpoint as dcp
-
     from fasync.model import build_model, build_tokenizer
 
     tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
     model = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32)
     state = {"model": model.state_dict()}
     try:
-        dcp.load(state, checkpoint_id=str(checkpoint.path / TRAINER))
+        dcp_load(state, checkpoint.path / TRAINER)
     except _failures() as error:
-        raise CheckpointError(f"checkpoint {checkpoint.path}: the model cannot be read ({_first_line(error)})") \
-            from error
+        raise _unreadable(checkpoint.path, "the model", error) from error
     model.load_state_dict(state["model"])
     return model, tokenizer
 
 
-def export_policy(cfg, checkpoint: Checkpoint, out: Path) -> list[str]:
+EXPORT_RECORD = "fasync_model.json"
+"""Written into every export: the model section, the task, the step and the weight version it came from. A
+directory holding it is a fasync export, which a later export may write into."""
+
+
+def export_policy(cfg, checkpoint: Checkpoint, out: Path, force: bool = False) -> list[str]:
     """Write the checkpoint's policy to `out` in `model.dtype`: a Hugging Face model with `save_pretrained`
-    (safetensors) and its tokenizer; the embedded tiny model as model.safetensors with its config in
-    fasync_model.json. Returns the files written."""
+    (safetensors) and its tokenizer; the embedded tiny model as model.safetensors; and `EXPORT_RECORD`. `out`
+    must be new, empty or an earlier export (any directory with `force`). The files are written beside `out`
+    first and moved in once all are written, so a failed export (a full disk) leaves `out` as it was. Returns
+    the files written; RunFileError when `out` is refused or cannot be written."""
+    import os
+    import shutil
+
+    _check_export_target(out, force)
+    model, tokenizer = load_policy(cfg, checkpoint)
+    staging = out.parent / f".{out.name}.tmp-export-{os.getpid()}"
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        _write_policy(cfg, checkpoint, model, tokenizer, staging)
+        written = sorted(path.name for path in staging.iterdir())
+        out.mkdir(exist_ok=True)
+        for name in written:
+            os.replace(staging / name, out / name)
+    except OSError as error:
+        raise run_file_error(error.filename or out, error, "write") from error
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return written
+
+
+def _check_export_target(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise RunFileError(f"{out}: is a file, not a directory; name a directory to export to")
+    if force or not out.is_dir() or (out / EXPORT_RECORD).is_file() or not any(out.iterdir()):
+        return
+    raise RunFileError(f"{out}: is not empty and holds no fasync export (no {EXPORT_RECORD}), so nothing is "
+                       "written to it; name a new or empty directory, or pass --force to write into it (its files "
+                       "of the same names are replaced)")
+
+
+def _write_policy(cfg, checkpoint: Checkpoint, model, tokenizer, out: Path) -> None:
     import json
 
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     from fasync.model.policy import DTYPES
 
-    model, tokenizer = load_policy(cfg, checkpoint)
     model = model.to(DTYPES[cfg.model.dtype])
-    out.mkdir(parents=True, exist_ok=True)
     if cfg.model.path is not None:
-        model.lm.save_pretrained(out, safe_serialization=True)
+        with _safetensors_os_errors():
+            model.lm.save_pretrained(out, safe_serialization=True)
         tokenizer.hf.save_pretrained(out)
     else:
-        save_file({name: tensor.contiguous() for name, tensor in model.state_dict().items()},
-                  str(out / "model.safetensors"), metadata={"format": "pt"})
-        (out / "fasync_model.json").write_text(json.dumps(
-            {"model": cfg.model.model_dump(), "data": {"task": cfg.data.task, "length": cfg.data.length},
-             "step": checkpoint.step, "weight_version": checkpoint.record.weight_version}, indent=2) + "\n")
-    return sorted(p.name for p in out.iterdir())
+        # Serialized here and written by Python, so that a full disk raises OSError like every other write.
+        (out / "model.safetensors").write_bytes(save(
+            {name: tensor.contiguous() for name, tensor in model.state_dict().items()}, metadata={"format": "pt"}))
+    (out / EXPORT_RECORD).write_text(json.dumps(
+        {"model": cfg.model.model_dump(), "data": {"task": cfg.data.task, "length": cfg.data.length},
+         "step": checkpoint.step, "weight_version": checkpoint.record.weight_version}, indent=2) + "\n")
 
 
-def export_run(run_dir: Path, step: int | None, out: Path) -> tuple[Checkpoint, list[str]]:
+@contextmanager
+def _safetensors_os_errors():
+    """safetensors writes in Rust and reports a failed write (a full disk) as a SafetensorError whose message
+    ends with the OS error's number: raised here as that OSError."""
+    import errno
+    import os
+    import re
+
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except SafetensorError as error:
+        number = re.search(r"os error (\d+)", str(error))
+        if number is None:
+            raise
+        code = int(number.group(1))
+        raise OSError(code, os.strerror(code) if code in errno.errorcode else str(error)) from error
+
+
+def export_run(run_dir: Path, step: int | None, out: Path, force: bool = False) -> tuple[Checkpoint, list[str]]:
     """`fasync export`: the checkpoint of `run_dir` at `step` (None: the newest), exported to `out`."""
     from fasync import checkpoint
     from fasync.config.loader import load_config
@@ -159,4 +276,4 @@ def export_run(run_dir: Path, step: int | None, out: Path) -> tuple[Checkpoint, 
     loaded = load_config(str(run_dir / "config.yaml"))
     if loaded.config is None:
         raise ConfigurationError(f"{run_dir}/config.yaml: does not load as a fasync config")
-    return found, export_policy(loaded.config, found, out)
+    return found, export_policy(loaded.config, found, out, force)

@@ -5,6 +5,8 @@ None of them starts anything: they read configs and print.
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -28,17 +30,36 @@ def run(files: Sequence[str], overrides: Sequence[str], select: Sequence[str] | 
                            f"{type(exc).__name__}: {exc}")
     output = render(checked.diagnostics, format, summary=not quiet, files=checked.files,
                     color=format == "text" and use_color())
-    if output:
-        typer.echo(output)
+    if output and not _write(output):
+        return ExitCode.USAGE
     return exit_code(checked, strict=strict, exit_zero=exit_zero)
+
+
+def _write(text: str, nl: bool = True) -> bool:
+    """Print `text` on stdout; False, with one line on stderr, when stdout refuses it (a full disk, /dev/full):
+    the command could not deliver its result, whatever `--exit-zero` says about findings."""
+    from fasync.atomic import describe_os_error
+
+    try:
+        typer.echo(text, nl=nl)
+        sys.stdout.flush()
+    except OSError as error:
+        # What is left in stdout's buffer would fail again, with a traceback, when Python flushes it at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        typer.echo(f"fasync: cannot write the output: {describe_os_error('stdout', error)}", err=True)
+        return False
+    return True
+
+
+def _written(text: str, nl: bool = True) -> int:
+    return ExitCode.OK if _write(text, nl) else ExitCode.USAGE
 
 
 def rules(format: str) -> int:
     """Every diagnostic code: load problems (F...) and lint rules."""
     from fasync.docs import rules_table
 
-    typer.echo(rules_table(format))
-    return ExitCode.OK
+    return _written(rules_table(format))
 
 
 def rule(code: str) -> int:
@@ -48,8 +69,7 @@ def rule(code: str) -> int:
     entry = catalogue().get(code.upper())
     if entry is None:
         return usage_error(f"fasync rule: unknown code {code!r}; `fasync rules` lists them")
-    typer.echo(entry.as_markdown())
-    return ExitCode.OK
+    return _written(entry.as_markdown())
 
 
 def config_show(file: str, overrides: Sequence[str], format: str, as_framework: str | None) -> int:
@@ -68,18 +88,15 @@ def config_show(file: str, overrides: Sequence[str], format: str, as_framework: 
         from fasync.migrate import express, render_expressed
 
         expressed = express(as_framework, result.config, derive(result.config))
-        typer.echo(render_expressed(expressed, file), nl=False)
-        return ExitCode.OK
+        return _written(render_expressed(expressed, file), nl=False)
     from fasync.memory import derive_with_model
 
     _, derived = derive_with_model(result.config)
-    typer.echo(show(result, derived, format))
-    return ExitCode.OK
+    return _written(show(result, derived, format))
 
 
 def schema() -> int:
     """The config's JSON Schema (draft-07)."""
     from fasync.docs import render_schema_json
 
-    typer.echo(render_schema_json(), nl=False)
-    return ExitCode.OK
+    return _written(render_schema_json(), nl=False)

@@ -340,7 +340,7 @@ class _Training:
                 from fasync.checkpoint import latest
                 from fasync.checkpoint.state import export_policy
 
-                export_policy(cfg, latest(self.directory), self.directory / "export")
+                export_policy(cfg, latest(self.directory), self.directory / "export", force=True)
         return outcome, code, reason
 
     def end(self, outcome: str, code: int, reason: str, signals) -> int:

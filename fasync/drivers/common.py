@@ -9,7 +9,7 @@ import ray
 
 from fasync import checkpoint
 from fasync.checkpoint.run import DriverState, ModeCheckpoint, RunCheckpoints, Standing
-from fasync.drivers.generation import RolloutBatch  # here too for async driver.pt files pickled before it moved
+from fasync.drivers.generation import RolloutBatch
 from fasync.drivers.weight_sync import WeightSync
 from fasync.errors import TooManyBadSteps
 from fasync.launch.actors import TrainerGroup, start_engines

@@ -16,6 +16,7 @@ Torch-free: `fasync train` uses it before Ray starts.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -72,7 +73,9 @@ class RunLock:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as error:
-                raise RunFileError(f"cannot lock the run directory: {describe_os_error(self.path, error)}") from error
+                hint = "; copy the run directory somewhere writable and use the copy" if error.errno == errno.EROFS else ""
+                raise RunFileError(f"cannot lock the run directory: {describe_os_error(self.path, error)}{hint}") \
+                    from error
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -5,6 +5,8 @@ depend on the real rule families; `--select Z` keeps the real ones out of the wa
 """
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -232,3 +234,13 @@ def test_config_show_states_the_worst_lag_in_optimizer_steps():
         "11 optimizer steps (2.75 versions)"]
     data = json.loads(runner.invoke(app, ["config", "show", str(config), "--format", "json"]).stdout)
     assert data["derived"]["max_lag"] == {"steps": 11, "versions": 2.75, "steps_per_version": 4}
+
+
+@pytest.mark.parametrize("args", [["check", "configs/quickstart.yaml"], ["check", "configs/quickstart.yaml", "--exit-zero"],
+                                  ["schema"], ["config", "show", "configs/quickstart.yaml"], ["rules"]])
+def test_output_onto_a_full_disk_is_one_line_and_exit_2(args):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "fasync.cli", *args], stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == "fasync: cannot write the output: stdout: no space left on device (the disk is full)\n"

@@ -159,6 +159,7 @@ def broken_copy(run: Path, tmp_path: Path) -> Path:
     (lambda cp: (cp / "driver.pt").unlink(), "driver.pt is missing"),
     (lambda cp: (cp / "driver.pt").write_bytes(b"garbage"), "driver.pt cannot be read"),
     (lambda cp: next(cp.glob("trainer/*.distcp")).write_bytes(b"x"), "the trainer state cannot be read"),
+    (lambda cp: (cp / "trainer" / ".metadata").write_bytes(b"x"), "trainer/.metadata: damaged"),
 ])
 def test_a_partial_or_corrupt_checkpoint_is_one_clear_line(finished_run, tmp_path, damage, expected):
     out = broken_copy(finished_run, tmp_path)
@@ -168,6 +169,37 @@ def test_a_partial_or_corrupt_checkpoint_is_one_clear_line(finished_run, tmp_pat
                     "--allow-config-change", "train.num_rollouts")
     assert result.returncode == 1, result.stdout + result.stderr
     assert expected in result.stdout and newest.name in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+class Payload:
+    """What an attacker puts into a pickle: unpickling it runs `touch MARKER`."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("part", ["driver.pt", "trainer/rank-0.pt", "trainer/.metadata"])
+def test_a_crafted_checkpoint_file_is_refused_on_resume_and_runs_nothing(finished_run, tmp_path, part):
+    import pickle
+
+    out = broken_copy(finished_run, tmp_path)
+    newest = sorted((out / "checkpoints").glob("step-*"))[-1]
+    marker = tmp_path / "ran"
+    (newest / part).write_bytes(pickle.dumps(Payload(marker)) if part.endswith(".metadata") else b"")
+    if not part.endswith(".metadata"):
+        import torch
+
+        torch.save({"step": 4, "rngs": Payload(marker)}, newest / part)
+    result = fasync("train", "--resume", str(out), "train.num_rollouts=6",
+                    "--allow-config-change", "train.num_rollouts")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert not marker.exists()
+    assert f"{newest / part}: refers to posix.system" in result.stdout and "could run code" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 
 

@@ -162,6 +162,21 @@ def test_resume_of_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path):
     no_traceback(result)
 
 
+def test_resume_of_a_run_on_a_read_only_mount_holding_a_stale_lock_is_one_line(tmp_path):
+    from mounts import fasync_on_a_read_only_mount
+    from cli_runs import REPO
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / rundir.MARKER).write_text("{}")
+    (out / rundir.LOCK).write_text(json.dumps({"pid": 2 ** 22 + 1, "host": socket.gethostname(), "started": "x"}))
+    result = fasync_on_a_read_only_mount(out, "train", "--resume", str(out), cwd=REPO)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == (f"fasync train: cannot lock the run directory: {out / rundir.LOCK}: the filesystem is "
+                             "read-only; copy the run directory somewhere writable and use the copy\n")
+    no_traceback(result)
+
+
 def _short_writes(monkeypatch, fail_after: int):
     """os.write that writes half of what it is given, and fails with ENOSPC after `fail_after` calls."""
     calls = {"n": 0}

@@ -180,3 +180,16 @@ def test_the_command_writes_next_to_a_single_run(five_runs):
     assert result.returncode == 0, result.stderr
     assert (five_runs[0] / "report" / "report.md").is_file()
     assert_valid_png(five_runs[0] / "report" / "reward.png")
+
+
+def test_report_onto_a_file_or_a_full_disk_is_one_line(five_runs, tmp_path):
+    from mounts import fasync_on_a_full_disk
+
+    (tmp_path / "taken").write_text("the user's file")
+    onto_a_file = runner.invoke(app, ["report", str(five_runs[0]), "-o", str(tmp_path / "taken")])
+    assert onto_a_file.exit_code == 2 and "is a file, not a directory" in onto_a_file.output
+    assert (tmp_path / "taken").read_text() == "the user's file"
+    disk = tmp_path / "disk"
+    full = fasync_on_a_full_disk(disk, "report", str(five_runs[0]), "-o", str(disk / "report"), cwd=REPO)
+    assert full.returncode == 1 and "no space left on device" in full.stderr and str(disk) in full.stderr
+    assert "Traceback" not in full.stderr and full.stderr.count("\n") == 1, full.stderr
