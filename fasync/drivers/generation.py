@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
+from fasync.errors import NothingToTrain
 from fasync.launch.faults import Watchdog
 from fasync.metrics.ledger import Ledger
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
@@ -61,12 +62,13 @@ class EngineRollouts:
 
     def next_batch(self) -> RolloutBatch:
         """One rollout of `rollout.batch_size` groups; with dynamic sampling, zero-variance groups are
-        dropped and more prompts generated until the batch is full or the rounds run out."""
+        dropped and more prompts generated until the batch is full or the rounds run out. Rounds that keep no
+        group at all end the run (`NothingToTrain`)."""
         cfg = self.cfg
         start = time.monotonic()
         kept: list[PromptGroup] = []
         drops: Counter = Counter()
-        rounds = 0
+        rounds = generated = 0
         want = cfg.batch_size
         while len(kept) < cfg.batch_size and rounds < (cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
             groups = self.factory.new_groups(want)
@@ -79,7 +81,10 @@ class EngineRollouts:
                 else:
                     kept.append(group)
             rounds += 1
+            generated += len(groups)
             want = cfg.over_sampling_batch_size or cfg.batch_size
+        if not kept:
+            raise NothingToTrain.after(generated, rounds)
         surplus = kept[cfg.batch_size:]
         kept = kept[: cfg.batch_size]
         drops["surplus"] += sum(g.size for g in surplus)
