@@ -125,11 +125,12 @@ class GroupFactory:
         return score(self.reward_fn, self.reward_name, completion, group.label, where)
 
 
-def build_factory(resolved) -> GroupFactory:
+def build_factory(resolved, reward_search_path: tuple[str, ...] = ()) -> GroupFactory:
     """The prompts, tokenizer and reward of a run, each checked here in the driver (the dataset against the
     tokenizer and the model's context, the weight files against config.json) so that bad input stops the run
     before Ray starts; raises ConfigurationError. `resolved`: the config with the model's dimensions
-    (`fasync.launch.plan.Resolved`)."""
+    (`fasync.launch.plan.Resolved`); a `module:function` reward is also looked for in `reward_search_path`
+    (`fasync.data.rewards.reward_search_path`)."""
     from fasync.data import build_dataset
     from fasync.data.datasets import check_prompts
     from fasync.data.rewards import build_reward
@@ -143,7 +144,7 @@ def build_factory(resolved) -> GroupFactory:
         from fasync.model.weights import check_weights
 
         check_weights(cfg.model.path)
-    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward))
+    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward, reward_search_path))
 
 
 def zero_variance(group: PromptGroup) -> bool:
