@@ -315,3 +315,39 @@ def test_dynamic_sampling_that_keeps_nothing_ends_the_run_after_its_rounds_in_ev
         "2): the rewards within every group agreed, so there was nothing to train on; check that reward.function "
         "tells completions apart"), summary["stop_reason"]
     assert summary["ledger"]["dropped"]["zero_variance"] >= 8 * 4
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_hung_reward_trips_the_stall_watchdog_naming_the_reward(ray_session, tmp_path, mode):
+    """Issue 32 §5.5: in sync mode a reward that hangs was never reported (nothing after 200 s with
+    train.stall_timeout_s 15), while fully_async reported it as a stall. The driver's modes score under the
+    watchdog too."""
+    import json
+
+    import yaml
+    from sections import tiny_sections
+
+    from fasync.commands.train import run as train
+
+    hang = tmp_path / "hang"
+    hang.touch()
+    module = f"hung_reward_{mode}"  # one per test: this process keeps every module it imported
+    (tmp_path / f"{module}.py").write_text(
+        "import os, time\n\n"
+        "def score(completion, label):\n"
+        f"    while os.path.exists({str(hang)!r}):  # until the test ends: the thread is left behind\n"
+        "        time.sleep(0.1)\n"
+        "    return 0.0\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_sections(mode=mode, reward={"function": f"{module}:score"},
+                                                   train={"stall_timeout_s": 5})))
+    started = time.monotonic()
+    try:
+        assert train(str(config), run_dir=str(tmp_path / "out")) == 1
+    finally:
+        hang.unlink()
+    assert time.monotonic() - started < 120
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    reason = summary["stop_reason"]
+    assert reason.startswith("failed: stalled: no optimizer step for") and "train.stall_timeout_s: 5" in reason
+    assert f"the reward function ({module}:score) scoring 4 prompt groups" in reason, reason

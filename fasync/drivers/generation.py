@@ -73,8 +73,7 @@ class EngineRollouts:
         while len(kept) < cfg.batch_size and rounds < (cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
             groups = self.factory.new_groups(want)
             self.ledger.admit(sum(g.size for g in groups), groups)
-            for group in generate(self.engines, groups, self.factory.params, self.watchdog):
-                self.factory.score(group)
+            for group in self.scored(generate(self.engines, groups, self.factory.params, self.watchdog)):
                 if cfg.dynamic_sampling and zero_variance(group):
                     drops["zero_variance"] += group.size
                     self.ledger.drop("zero_variance", group.size, [group])
@@ -91,6 +90,13 @@ class EngineRollouts:
         self.ledger.drop("surplus", sum(g.size for g in surplus), surplus)
         self.ledger.deliver(sum(g.size for g in kept), kept)
         return RolloutBatch(kept, time.monotonic() - start, rounds, drops)
+
+    def scored(self, groups: list[PromptGroup]) -> list[PromptGroup]:
+        """`groups`, scored by the reward function under the stall watchdog, as fully_async's rollouter is
+        watched: a reward that hangs fails the run after `train.stall_timeout_s`, naming the reward."""
+        return self.watchdog.call(lambda: [self.factory.score(group) for group in groups],
+                                  f"the reward function ({self.factory.reward_name}) scoring {len(groups)} "
+                                  "prompt groups")
 
     def sleep(self) -> None:
         """Colocated sync runs: the engines release their GPU memory (weights and KV cache) for training."""
