@@ -143,8 +143,9 @@ def train(
                                                             "from the run's.")] = None,
 ) -> None:
     """Check the config, start the actors on Ray and train. Exit 0: done (or resuming a finished run), 1: problems
-    in the config or a failed run, 2: bad usage, a missing config file or a --resume that is no run directory,
-    130: interrupted (resumable)."""
+    in the config, a run directory another run is using, or a failed run, 2: bad usage, a missing config file or
+    a --resume that is no run directory, 130: interrupted by Ctrl-C (resumable), 143: terminated by SIGTERM
+    (resumable)."""
     from fasync.commands import train as command
 
     files, overrides = split_targets(targets or [])

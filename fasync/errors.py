@@ -37,6 +37,20 @@ class TooManyBadSteps(RunFault):
     pass
 
 
+class NothingToTrain(RunFault):
+    """Dynamic sampling dropped every prompt group of a rollout's sampling rounds (`after`)."""
+
+    @classmethod
+    def after(cls, groups: int, rounds: int) -> "NothingToTrain":
+        """The fault, said the same way in every mode. (Built here, not in `__init__`: an exception that crosses
+        from an actor is rebuilt from its message.)"""
+        return cls(
+            f"dynamic sampling dropped all {groups} prompt groups of {rounds} sampling rounds "
+            f"(rollout.max_sampling_rounds: {rounds}): the rewards within every group agreed, so there was nothing "
+            "to train on; check that reward.function tells completions apart (it may give every completion the "
+            "same value), or set rollout.dynamic_sampling: false")
+
+
 ACTOR_DIED = "died (killed, out of memory, or crashed: the Ray logs under /tmp/ray/session_latest/logs say which)"
 
 

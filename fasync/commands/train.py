@@ -10,7 +10,9 @@ are given, so that none of them derives the config or reads the model's files ag
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -90,15 +92,14 @@ def load_and_lint(path: str, overrides: Sequence[str]) -> Linted:
 
 def build_data(resolved: Resolved, config_dir: Path):
     """The run's prompts, tokenizer and reward (`fasync.rollout.groups.GroupFactory`), a reward module looked for
-    beside the config too; None, said in one line, when they cannot be built."""
-    from fasync.data.rewards import extend_import_path
+    in the working directory and beside the config too; None, said in one line, when they cannot be built."""
+    from fasync.data.rewards import reward_search_path
     from fasync.errors import ConfigurationError
 
-    extend_import_path(config_dir)
     try:
         from fasync.rollout.groups import build_factory
 
-        return build_factory(resolved)
+        return build_factory(resolved, reward_search_path(config_dir))
     except ConfigurationError as error:
         _echo(f"fasync train: {error}")
         return None
@@ -106,9 +107,13 @@ def build_data(resolved: Resolved, config_dir: Path):
 
 def _holding_lock(acquire, body, refused: int) -> int:
     """`body()` while holding the run directory's lock that `acquire()` takes: a run directory that cannot be
-    taken returns `refused`; a file error while running fails the run, in one line either way."""
+    taken returns `refused`, one that another run is using fails (exit 1); a file error while running fails
+    the run, in one line each."""
     try:
         lock = acquire()
+    except rundir.RunDirectoryBusy as error:
+        _echo(f"fasync train: {error}")
+        return ExitCode.FAILED
     except RunFileError as error:
         _echo(f"fasync train: {error}")
         return refused
@@ -221,12 +226,16 @@ def _checkpoint_to_resume(directory: Path, changes: dict[str, tuple]):
 
 
 def _worker_env() -> dict:
-    """The driver's import path for every worker, so that a `module:function` reward or a dataset
-    module found from the current directory is found by the actors too."""
-    paths = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-    # Absolute: a worker on another node (or in another directory) resolves them the same way; on a
-    # multi-node cluster they must also be on storage every node shares (docs/gpu.md).
-    return {"env_vars": {"PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in paths if p)}}
+    """What every worker's environment takes from the driver's: its PYTHONPATH (a `module:function` reward
+    brings its own directories, `fasync.data.rewards.ModuleReward`), and no Hugging Face progress bars, whose
+    weight loading would draw them into the console (unless the driver's environment asks for them)."""
+    env = {"HF_HUB_DISABLE_PROGRESS_BARS": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")}
+    paths = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+    if paths:
+        # Absolute: a worker on another node (or in another directory) resolves them the same way; on a
+        # multi-node cluster they must also be on storage every node shares (docs/gpu.md).
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(path) for path in paths)
+    return {"env_vars": env}
 
 
 def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
@@ -234,10 +243,16 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
     `ray start` or RAY_ADDRESS left around, which `ray.init` would join and then refuse the CPU count for."""
     import ray
 
+    from fasync.launch.signals import ray_processes_in_their_own_session
+
     common = {"logging_level": "WARNING", "log_to_driver": True, "runtime_env": _worker_env()}
     if cfg.resources.ray_address:
         ray.init(address=cfg.resources.ray_address, **common)
-    else:
+        return
+    # Ray notes that a new local cluster takes token authentication, its default: not the user's to act on.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    # A process-group SIGTERM (a scheduler's stop) reaches the driver only, which stops cleanly on the cluster.
+    with ray_processes_in_their_own_session():
         ray.init(address="local", num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
                  include_dashboard=False, **common)
 
@@ -335,7 +350,7 @@ class _Training:
                 outcome, code = run.stop_requested, EXIT_CODE[run.stop_requested]
                 reason = f"{run.stop_reason} at optimizer step {run.step}"
             else:
-                reason = run.stop_reason or f"completed all {cfg.train.num_rollouts} rollouts"
+                reason = run.stop_reason or completed(cfg.train.num_rollouts)
             if cfg.checkpoint.save_final:
                 from fasync.checkpoint import latest
                 from fasync.checkpoint.state import export_policy
@@ -358,6 +373,11 @@ class _Training:
         if run is not None:
             signals.graceful("ending the actors", lambda: run.close(outcome))
         return code
+
+
+def completed(rollouts: int) -> str:
+    """The stop reason of a run that trained every rollout it was given."""
+    return f"completed all {rollouts} rollouts" if rollouts != 1 else "completed its 1 rollout"
 
 
 def _interrupted(stop: BaseException, first_signal: int | None, run) -> tuple[str, int, str]:
@@ -434,6 +454,9 @@ def summarize(run, ledger, started: float, outcome: str, stop_reason: str, mode:
 
 
 def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> None:
+    """The summary on the console; a run a stop signal ended (resumable) ends with the command that resumes it."""
+    from fasync.launch.signals import EXIT_CODE
+
     _echo("")
     outcome, reason = summary["outcome"], summary["stop_reason"]
     headline = reason if reason.startswith(outcome) else f"{outcome} ({reason})"
@@ -451,6 +474,8 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> Non
     if ledger_text is not None:
         _echo(f"  samples: {ledger_text}")
     _echo(f"  run directory: {run_dir}")
+    if outcome in EXIT_CODE and summary["last_checkpoint"] is not None:
+        _echo(f"  resume with: fasync train --resume {shlex.quote(str(run_dir))}")
 
 
 def _ledger_text(ledger, outcome: str) -> str:

@@ -1,7 +1,13 @@
 """Verifiable rewards: `(completion, label) -> float`.
 
-Built-ins are module-level functions, and custom ones are imported by name, so
-a reward pickles by reference into whichever Ray actor scores the samples.
+Built-ins are module-level functions, which pickle by reference into whichever Ray actor scores the samples. A
+`module:function` reward is a `ModuleReward`: it travels as its spec and the directories it is imported from, and
+is imported anew where it arrives.
+
+Where a `module:function` reward is imported from: `sys.path` as Python sets it up (PYTHONPATH, the standard
+library, site-packages), then the working directory and the config's directory, appended after them and only in
+the processes that score (the driver, and fully_async's rollouter). Neither directory goes on PYTHONPATH, so no
+module beside the config (a `sitecustomize.py`, a `json.py`) runs in Ray's or fasync's other processes.
 """
 
 from __future__ import annotations
@@ -10,7 +16,6 @@ import importlib
 import inspect
 import math
 import numbers
-import os
 import re
 import sys
 import traceback
@@ -107,31 +112,48 @@ BUILTIN_REWARDS: dict[str, RewardFn] = {
 }
 
 
-def extend_import_path(config_dir: str | Path) -> None:
-    """Make `module:function` rewards importable from the working directory and the config's directory,
-    in this process and, through PYTHONPATH (which `fasync.commands.train` hands every Ray worker), in the actors.
-    The console script's own import path holds neither."""
-    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    for directory in (Path.cwd(), Path(config_dir)):
-        path = str(directory.resolve())
-        if path not in sys.path:
-            sys.path.insert(0, path)
-        if path not in entries:
-            entries.insert(0, path)
-    os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in entries if entry)
+def reward_search_path(config_dir: str | Path) -> tuple[str, ...]:
+    """The directories a `module:function` reward is looked for in after `sys.path`: the working directory and
+    the config's (absolute, so that an actor elsewhere resolves them the same way)."""
+    return tuple(dict.fromkeys(str(directory.resolve()) for directory in (Path.cwd(), Path(config_dir))))
 
 
-def import_reward(spec: str) -> RewardFn:
-    """The function named by `module:function`, checked to take (completion, label)."""
+class ModuleReward:
+    """A `module:function` reward, imported from `sys.path` and then `search_path` (`reward_search_path`). It
+    pickles as the two, so that the actor it is sent to imports it the same way."""
+
+    def __init__(self, spec: str, search_path: tuple[str, ...] = ()):
+        self.spec = spec
+        self.search_path = tuple(search_path)
+        self.function = import_reward(spec, self.search_path)
+
+    def __call__(self, completion: str, label: str) -> float:
+        return self.function(completion, label)
+
+    def __reduce__(self):
+        return ModuleReward, (self.spec, self.search_path)
+
+
+def make_importable(search_path: tuple[str, ...]) -> None:
+    """The user's module directories (`reward_search_path`) go on `sys.path` after the standard library's and
+    site's own, so that a user's module never shadows them (and a `sitecustomize.py` beside a config never runs)."""
+    sys.path.extend(path for path in search_path if path not in sys.path)
+
+
+def import_reward(spec: str, search_path: tuple[str, ...] = ()) -> RewardFn:
+    """The function named by `module:function`, looked for in `sys.path` and then in `search_path`, checked to
+    take (completion, label)."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"reward.function: {spec!r} is not of the form module:function")
+    make_importable(search_path)
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise ConfigurationError(
             f"reward.function: cannot import module {module_name!r} ({type(exc).__name__}: {exc}); "
-            "fasync imports it from the working directory, the config's directory and PYTHONPATH"
+            "fasync imports it from PYTHONPATH and the installed packages, then the working directory and the "
+            "config's directory"
         ) from exc
     function = getattr(module, attribute, None)
     if function is None:
@@ -185,15 +207,17 @@ def score(reward_fn: RewardFn, name: str, completion: str, label: str, where: st
 def _raised(error: BaseException) -> str:
     """`ValueError: bad input (at my_rewards.py:12)`: the exception and the line of the reward that raised it."""
     frames = traceback.extract_tb(error.__traceback__)
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if len(frames) > 1 else ""
+    # The innermost frame is the reward's own line, unless it raised in fasync's call to it.
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames[-1].filename != __file__ else ""
     return f"{type(error).__name__}: {error}{where}" if str(error) else f"{type(error).__name__}{where}"
 
 
-def build_reward(reward_cfg: RewardConfig) -> RewardFn:
+def build_reward(reward_cfg: RewardConfig, search_path: tuple[str, ...] = ()) -> RewardFn:
+    """The reward `reward.function` names: a built-in, or a `ModuleReward` also looked for in `search_path`."""
     name = reward_cfg.function
     if name in BUILTIN_REWARDS:
         return BUILTIN_REWARDS[name]
     if ":" not in name:
         builtins = ", ".join(BUILTIN_REWARDS)
         raise ConfigurationError(f"reward.function: unknown reward {name!r}; use one of {builtins} or module:function")
-    return import_reward(name)
+    return ModuleReward(name, search_path)

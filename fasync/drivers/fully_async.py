@@ -24,7 +24,7 @@ from fasync.drivers.common import Run
 from fasync.drivers.generation import RolloutBatch
 from fasync.drivers.loop import DriverLoop, Stopwatch
 from fasync.drivers.weight_sync import PendingSync
-from fasync.errors import ActorFailed, ConfigurationError, describe_failure
+from fasync.errors import ActorFailed, ConfigurationError, RunFault, describe_failure
 from fasync.launch.actors import RolloutActor
 from fasync.launch.faults import POLL_S
 from fasync.metrics.ledger import Ledger
@@ -157,6 +157,8 @@ class FullyAsyncDriver(DriverLoop):
             except ConfigurationError:
                 raise  # bad input (a reward that is not a number): its own message says it all
             except Exception as error:  # noqa: BLE001 - re-raised with the rollouter named
+                if isinstance(getattr(error, "cause", None), RunFault):
+                    raise error.cause from None  # a fault of the run's own (nothing to train on): its message
                 raise ActorFailed(f"the rollouter failed: {describe_failure(error, self.run.watchdog.actors)}") \
                     from None
             raise RolloutStopped("the rollouter stopped before the run was finished")

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
+from fasync.errors import NothingToTrain
 from fasync.launch.faults import Watchdog
 from fasync.metrics.ledger import Ledger
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
@@ -61,12 +62,13 @@ class EngineRollouts:
 
     def next_batch(self) -> RolloutBatch:
         """One rollout of `rollout.batch_size` groups; with dynamic sampling, zero-variance groups are
-        dropped and more prompts generated until the batch is full or the rounds run out."""
+        dropped and more prompts generated until the batch is full or the rounds run out. Rounds that keep no
+        group at all end the run (`NothingToTrain`)."""
         cfg = self.cfg
         start = time.monotonic()
         kept: list[PromptGroup] = []
         drops: Counter = Counter()
-        rounds = 0
+        rounds = generated = 0
         want = cfg.batch_size
         while len(kept) < cfg.batch_size and rounds < (cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
             groups = self.factory.new_groups(want)
@@ -74,21 +76,30 @@ class EngineRollouts:
             agent = self.factory.agent
             done = agent.generate(self.engines, groups, self.factory.params) if agent is not None else \
                 generate(self.engines, groups, self.factory.params, self.watchdog)
-            for group in done:
-                self.factory.score(group)
+            for group in self.scored(done):
                 if cfg.dynamic_sampling and zero_variance(group):
                     drops["zero_variance"] += group.size
                     self.ledger.drop("zero_variance", group.size, [group])
                 else:
                     kept.append(group)
             rounds += 1
+            generated += len(groups)
             want = cfg.over_sampling_batch_size or cfg.batch_size
+        if not kept:
+            raise NothingToTrain.after(generated, rounds)
         surplus = kept[cfg.batch_size:]
         kept = kept[: cfg.batch_size]
         drops["surplus"] += sum(g.size for g in surplus)
         self.ledger.drop("surplus", sum(g.size for g in surplus), surplus)
         self.ledger.deliver(sum(g.size for g in kept), kept)
         return RolloutBatch(kept, time.monotonic() - start, rounds, drops)
+
+    def scored(self, groups: list[PromptGroup]) -> list[PromptGroup]:
+        """`groups`, scored by the reward function under the stall watchdog, as fully_async's rollouter is
+        watched: a reward that hangs fails the run after `train.stall_timeout_s`, naming the reward."""
+        return self.watchdog.call(lambda: [self.factory.score(group) for group in groups],
+                                  f"the reward function ({self.factory.reward_name}) scoring {len(groups)} "
+                                  "prompt groups")
 
     def sleep(self) -> None:
         """Colocated sync runs: the engines release their GPU memory (weights and KV cache) for training."""

@@ -121,6 +121,23 @@ class Watchdog:
                 raise cause from None
             raise ActorFailed(f"{label} failed: {describe_failure(error, self.actors)}") from None
 
+    def call(self, function: Callable[[], object], label: str):
+        """`function()`, run in a thread of its own and watched like `get`: one that hangs (a reward stuck in a
+        loop) fails the run as a stall that names `label`, as a hung actor does. The thread is a daemon: Python
+        cannot stop it, and it must not keep the process from exiting."""
+        from concurrent.futures import Future
+
+        future: Future = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(function())
+            except BaseException as error:  # noqa: BLE001 - handed to the waiting thread, which raises it
+                future.set_exception(error)
+
+        threading.Thread(target=run, name=f"fasync-{label}", daemon=True).start()
+        return self.result(future, label)
+
     def result(self, future, label: str):
         """A `concurrent.futures.Future`'s result, watched like `get`."""
         from concurrent.futures import TimeoutError as FutureTimeout

@@ -54,6 +54,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+class RunDirectoryBusy(RunFileError):
+    """Another live run holds the directory's lock: a refusal of the run (exit 1), not of its arguments."""
+
+
 class RunLock:
     """The lock on one run directory, held as an exclusive `flock` on its lock file for as long as the run
     lasts; `release` removes the file (only if it is still the one this process locked)."""
@@ -109,9 +113,9 @@ class RunLock:
         except OSError:
             return False
 
-    def _refusal(self, holder: dict | None) -> RunFileError:
+    def _refusal(self, holder: dict | None) -> "RunDirectoryBusy":
         who = f"pid {holder['pid']} on {holder['host']}" if holder else "another process"
-        return RunFileError(f"{self.path.parent}: another fasync run ({who}) is using this run directory; wait for "
+        return RunDirectoryBusy(f"{self.path.parent}: another fasync run ({who}) is using this run directory; wait for "
                             f"it to end or choose another --run-dir (if that run is gone, delete {self.path})")
 
     def _holder(self) -> dict | None:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
+STEPS_TAKEN = "steps_taken"
+"""The step column counts the optimizer steps taken, as the summary's "at optimizer step N" does: a row's
+`step` (metrics.jsonl) counts from 0."""
+
 _COLUMNS = (
-    ("step", "step", "{:d}"),
+    ("step", STEPS_TAKEN, "{:d}"),
     ("ver", "weight_version", "{:d}"),
     ("reward", "reward_mean", "{:.3f}"),
     ("loss", "loss", "{:+.4f}"),
@@ -19,7 +23,11 @@ _COLUMNS = (
 
 
 def _format(record: dict, key: str, fmt: str) -> str:
-    value = record.get(key)
+    if key == STEPS_TAKEN:
+        step = record.get("step")
+        value = None if step is None else step + 1
+    else:
+        value = record.get(key)
     if value is None:
         return "-"
     try:

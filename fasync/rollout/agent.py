@@ -108,8 +108,8 @@ class EngineClient:
 
 
 def import_object(spec: str, key: str):
-    """The attribute named by `module:attribute`, imported from the working directory, the config's directory
-    (`fasync.data.rewards.extend_import_path`) or PYTHONPATH; a ConfigurationError naming `key` otherwise."""
+    """The attribute named by `module:attribute`, imported from PYTHONPATH, the working directory or the config's
+    directory (`fasync.data.rewards.make_importable`); a ConfigurationError naming `key` otherwise."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"{key}: {spec!r} is not of the form module:attribute")

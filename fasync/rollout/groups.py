@@ -136,11 +136,12 @@ class GroupFactory:
         return score(self.reward_fn, self.reward_name, completion, group.label, where)
 
 
-def build_factory(resolved) -> GroupFactory:
+def build_factory(resolved, reward_search_path: tuple[str, ...] = ()) -> GroupFactory:
     """The prompts, tokenizer and reward of a run, each checked here in the driver (the dataset against the
     tokenizer and the model's context, the weight files against config.json) so that bad input stops the run
     before Ray starts; raises ConfigurationError. `resolved`: the config with the model's dimensions
-    (`fasync.launch.plan.Resolved`)."""
+    (`fasync.launch.plan.Resolved`); a `module:function` reward is also looked for in `reward_search_path`
+    (`fasync.data.rewards.reward_search_path`)."""
     from fasync.data import build_dataset
     from fasync.data.datasets import check_prompts
     from fasync.data.rewards import build_reward
@@ -156,13 +157,15 @@ def build_factory(resolved) -> GroupFactory:
         check_weights(cfg.model.path)
     agent = None
     if cfg.rollout.agentic:
+        from fasync.data.rewards import make_importable
         from fasync.rollout.agent import AgentRunner, import_rollout_function
         from fasync.rollout.env_loop import EnvironmentRollout
 
+        make_importable(reward_search_path)  # the function or environment beside the config, as a reward
         function = import_rollout_function(cfg.rollout.function) if cfg.rollout.function is not None else \
             EnvironmentRollout(cfg, dims.max_context if dims is not None else None)
         agent = AgentRunner(cfg, tokenizer, function)
-    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward), agent)
+    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward, reward_search_path), agent)
 
 
 def zero_variance(group: PromptGroup) -> bool:

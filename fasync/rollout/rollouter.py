@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from fasync import staleness
-from fasync.errors import ActorFailed, actor_id, describe_failure
+from fasync.errors import ActorFailed, NothingToTrain, actor_id, describe_failure
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed
@@ -96,6 +96,9 @@ class Rollouter:
         self.pause_s = 0.0
         self.busy_s = 0.0
         self.resumed_groups = 0
+        self.zero_variance_in_a_row = 0
+        """Groups dynamic sampling dropped since the last one it kept: `rollout.max_sampling_rounds` rollouts'
+        worth end the run, as the rounds of sync and async do."""
         self._outstanding: dict[str, float] = {}
         """What this actor awaits from the engines now ("engine 1's generate call"), and since when."""
         self.in_flight: dict[GroupId, PromptGroup] = {}
@@ -285,7 +288,13 @@ class Rollouter:
         self.factory.score(group)
         if self.cfg.rollout.dynamic_sampling and zero_variance(group):
             self._drop(group, "zero_variance")
+            self.zero_variance_in_a_row += 1
+            rounds = self.cfg.rollout.max_sampling_rounds
+            if self.zero_variance_in_a_row >= rounds * self.cfg.rollout.batch_size:
+                # As many groups as sync's rounds would generate for a rollout, and not one kept.
+                raise NothingToTrain.after(self.zero_variance_in_a_row, rounds)
             return
+        self.zero_variance_in_a_row = 0
         await self.queue.put(group)
         self.ledger.deliver(group.size, [group])
         self.waiting[group.group_id] = self.in_flight.pop(group.group_id)

@@ -18,9 +18,9 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 import yaml
+from cli_runs import REPO, fasync
 from mounts import fasync_on_a_full_disk, python_on_a_full_disk
 from sections import tiny_sections
-from cli_runs import REPO, fasync
 
 from fasync import checkpoint
 from fasync.checkpoint.safe_load import dcp_load, load_state

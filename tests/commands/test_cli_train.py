@@ -143,6 +143,9 @@ def test_ctrl_c_stops_the_run_cleanly_and_keeps_the_summary(tmp_path):
     meta = json.loads((out / "checkpoints" / summary["last_checkpoint"] / "meta.json").read_text())
     assert meta["reason"] == "interrupted" and meta["step"] == summary["optimizer_steps"]
     assert not (out / ".fasync-lock").exists()
+    # Issue 32 §4: the summary said nothing of how to go on, and Ray's token-auth note reached the console.
+    assert output.rstrip().endswith(f"resume with: fasync train --resume {out}"), output
+    assert "Token authentication" not in output
 
 
 # -- issue 19 §3/§4: bad data before Ray, runs that learn nothing, rewards next to the config --------
@@ -236,3 +239,65 @@ def test_the_train_command_derives_the_config_once_for_the_lint_the_plan_and_the
     monkeypatch.setattr(fasync.memory, "derive", lambda *args: calls.append(args) or derive(*args))
     assert train(str(write_config(tmp_path)), dry_run=True) == 0
     assert len(calls) == 1
+
+
+def test_a_resume_refused_by_a_live_run_exits_1_as_documented_and_help_lists_every_exit_code(tmp_path):
+    # Issue 32 §5.21: the refusal exited 2 (a usage error), where docs/training.md says 1; --help had no 143.
+    from fasync.launch import rundir
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / rundir.MARKER).write_text("{}")
+    lock = rundir.RunLock(out)
+    lock.acquire()  # this test's process is the live run
+    try:
+        result = fasync("train", "--resume", str(out))
+    finally:
+        lock.release()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"another fasync run (pid {os.getpid()}" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    help_text = " ".join(fasync("train", "--help", env_extra={"COLUMNS": "200"}).stdout.split())
+    for code in ("0:", "1:", "2:", "130:", "143:"):
+        assert f" {code}" in help_text, code
+
+
+def test_no_module_beside_the_config_runs_in_the_runs_processes(tmp_path):
+    # Issue 32 §5.7: a sitecustomize.py beside the config ran in 12 processes (the reaper, Ray's monitor, dashboard
+    # and agents, every worker): the config's directory and the working directory went first on PYTHONPATH.
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+        import os
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.txt"), "a") as ran:
+            ran.write(f"{os.getpid()}\\n")
+    """))
+    (tmp_path / "reward_beside.py").write_text("def first_digit(completion, label):\n"
+                                               "    return float(completion[:1] == label[:1])\n")
+    config = write_config(tmp_path, mode="fully_async", reward={"function": "reward_beside:first_digit"},
+                          train={"num_rollouts": 2})
+    script = Path(sys.executable).with_name("fasync")  # not `python -m`, which puts its directory first itself
+    result = subprocess.run([str(script), "train", str(config), "--run-dir", str(tmp_path / "out")], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["outcome"] == "finished"
+    assert not (tmp_path / "ran.txt").exists(), (tmp_path / "ran.txt").read_text()
+
+
+def test_the_live_line_and_the_summary_count_optimizer_steps_alike_and_one_rollout_is_singular():
+    # Issue 32 §4: the live line said `step 15` where the summary said "at optimizer step 16" (metrics.jsonl's
+    # step counts from 0), and a one-rollout run "completed all 1 rollouts".
+    from fasync.commands.train import completed
+    from fasync.metrics.progress import format_line
+
+    assert format_line({"step": 15}).startswith("step 16  ")
+    assert format_line({}).startswith("step -  ")
+    assert completed(1) == "completed its 1 rollout" and completed(3) == "completed all 3 rollouts"
+
+
+def test_the_workers_draw_no_hugging_face_progress_bars_unless_asked(monkeypatch):
+    # Issue 32 §4: the actors' weight loading drew Hugging Face's progress bars into the console.
+    from fasync.commands.train import _worker_env
+
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    assert _worker_env()["env_vars"]["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
+    assert _worker_env()["env_vars"]["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"

@@ -133,6 +133,53 @@ def test_a_stop_signal_stops_cleanly_with_its_exit_code_and_leaves_nothing_runni
     assert run.left_running(within_s=5) == []
 
 
+HELD_REWARD = """
+import os
+import time
+
+HOLD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hold")
+
+
+def score(completion, label):
+    while os.path.exists(HOLD):  # the test holds every reward (and so the rollout) while this file exists
+        time.sleep(0.1)
+    return float(completion == label)
+"""
+
+RECONNECT_WINDOW_S = 5
+"""How long Ray's processes wait for a GCS that went away before they end themselves (60 s by default):
+short here, so that a stop that outlasts it stays short."""
+
+
+def test_a_group_sigterm_during_a_rollout_that_outlasts_rays_reconnect_window_still_stops_cleanly(tmp_path):
+    """Issue 32 §5.1: the scheduler's SIGTERM to the process group also ended Ray's GCS and raylet; a clean stop
+    longer than Ray's reconnect window then died with "Failed to connect to GCS within 60 seconds" (exit 1 after
+    62 s, no summary, no checkpoint, a stale lock). Ray's processes now start in a session of their own."""
+    from fasync import checkpoint
+    from fasync.launch.rundir import LOCK
+
+    (tmp_path / "held_reward.py").write_text(HELD_REWARD)
+    run = Train(tmp_path, env={"RAY_gcs_rpc_server_reconnect_timeout_s": str(RECONNECT_WINDOW_S)},
+                reward={"function": "held_reward:score"})
+    run.training()
+    hold = tmp_path / "hold"
+    hold.touch()
+    os.killpg(run.process.pid, signal.SIGTERM)
+    time.sleep(RECONNECT_WINDOW_S + 5)  # the rollout in progress outlasts the window
+    run.seen.update(descendants(run.process.pid))
+    hold.unlink()
+    exit_code, output, summary = run.finish(timeout_s=120)
+    assert exit_code == 143, output
+    assert "Traceback" not in output and "Failed to connect to GCS" not in output
+    assert f"resume with: fasync train --resume {run.out}" in output
+    assert summary["outcome"] == "terminated" and summary["optimizer_steps"] >= 3, summary
+    assert "could not finish" not in summary["stop_reason"], summary["stop_reason"]
+    last = checkpoint.latest(run.out)
+    assert last is not None and last.record.reason == "terminated" and last.step == summary["optimizer_steps"]
+    assert not (run.out / LOCK).exists()
+    assert run.left_running(within_s=5) == []
+
+
 def test_ctrl_c_while_ray_starts_prints_a_message_writes_a_summary_and_leaves_nothing(tmp_path):
     run = Train(tmp_path)
     run.wait_for(lambda: "starting a local Ray cluster" in run.output, "start-up message", timeout_s=60)

@@ -4,6 +4,7 @@ import json
 import random
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -370,3 +371,34 @@ def test_a_stop_signal_during_the_reward_still_stops_the_run():
 
     with pytest.raises(Stop):
         score(stopped, "m:stopped", "12", "21", "prompt 0")
+
+
+def test_a_module_reward_is_looked_for_after_the_standard_library_and_travels_with_its_directories(tmp_path):
+    # Issue 32 §5.7: the working directory and the config's went first on PYTHONPATH, so that any module beside
+    # the config (a sitecustomize.py, a json.py) ran in every process of the run, built-in reward or not.
+    import os
+    import pickle
+    from importlib.machinery import PathFinder
+
+    from fasync.data.rewards import ModuleReward
+
+    (tmp_path / "beside_config.py").write_text("def score(completion, label):\n    return 1.0\n")
+    (tmp_path / "json.py").write_text("raise RuntimeError('a module beside the config shadowed the stdlib')\n")
+    before, pythonpath = list(sys.path), os.environ.get("PYTHONPATH")
+    try:
+        assert build_reward(RewardConfig(function="partial_match"), (str(tmp_path),)) is partial_match
+        assert sys.path == before  # a built-in reward needs no directory
+        reward = build_reward(RewardConfig(function="beside_config:score"), (str(tmp_path),))
+        assert reward("a", "b") == 1.0
+        assert sys.path == [*before, str(tmp_path)]  # after the standard library and site-packages
+        # The standard library's json is found first, not the one beside the config.
+        assert Path(PathFinder.find_spec("json").origin).parent != tmp_path
+
+        sys.path[:] = before
+        sys.modules.pop("beside_config")
+        copy = pickle.loads(pickle.dumps(reward))  # as an actor receives it: imported anew from its directories
+        assert isinstance(copy, ModuleReward) and copy("a", "b") == 1.0
+        assert os.environ.get("PYTHONPATH") == pythonpath
+    finally:
+        sys.path[:] = before
+        sys.modules.pop("beside_config", None)

@@ -246,3 +246,70 @@ def test_colocated_sync_engines_sleep_while_the_trainer_trains(ray_session, tmp_
         # Engines of their own, or an async run that generates while it trains: awake throughout.
         assert [entry for entry in entries if entry.startswith(("sleep", "wake"))] == []
         assert entries.count("train") == 2 and entries[0] == "load 0"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "fully_async"])
+def test_dynamic_sampling_that_keeps_nothing_ends_the_run_after_its_rounds_in_every_mode(ray_session, tmp_path, mode):
+    """Issue 32 §5.9 and §5.15: with a reward that is always the same, fully_async dropped groups until the stall
+    watchdog fired (naming the wrong cause), and sync and async reported "finished (completed all 3 rollouts)"
+    with 0 optimizer steps. Every mode now stops after `rollout.max_sampling_rounds` rounds' worth of groups,
+    with one message."""
+    import json
+
+    import yaml
+    from sections import tiny_sections
+
+    from fasync.commands.train import run as train
+
+    (tmp_path / "constant_reward.py").write_text("def zero(completion, label):\n    return 0.0\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_sections(
+        mode=mode, reward={"function": "constant_reward:zero"},
+        rollout={"dynamic_sampling": True, "max_sampling_rounds": 2},
+        train={"num_rollouts": 3, "stall_timeout_s": 60})))
+    out = tmp_path / "out"
+    assert train(str(config), run_dir=str(out)) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["outcome"] == "failed" and summary["optimizer_steps"] == 0
+    # tiny: 4 groups a round (rollout.batch_size), 2 rounds.
+    assert summary["stop_reason"].startswith(
+        "failed: dynamic sampling dropped all 8 prompt groups of 2 sampling rounds (rollout.max_sampling_rounds: "
+        "2): the rewards within every group agreed, so there was nothing to train on; check that reward.function "
+        "tells completions apart"), summary["stop_reason"]
+    assert summary["ledger"]["dropped"]["zero_variance"] >= 8 * 4
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_hung_reward_trips_the_stall_watchdog_naming_the_reward(ray_session, tmp_path, mode):
+    """Issue 32 §5.5: in sync mode a reward that hangs was never reported (nothing after 200 s with
+    train.stall_timeout_s 15), while fully_async reported it as a stall. The driver's modes score under the
+    watchdog too."""
+    import json
+
+    import yaml
+    from sections import tiny_sections
+
+    from fasync.commands.train import run as train
+
+    hang = tmp_path / "hang"
+    hang.touch()
+    module = f"hung_reward_{mode}"  # one per test: this process keeps every module it imported
+    (tmp_path / f"{module}.py").write_text(
+        "import os, time\n\n"
+        "def score(completion, label):\n"
+        f"    while os.path.exists({str(hang)!r}):  # until the test ends: the thread is left behind\n"
+        "        time.sleep(0.1)\n"
+        "    return 0.0\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_sections(mode=mode, reward={"function": f"{module}:score"},
+                                                   train={"stall_timeout_s": 5})))
+    started = time.monotonic()
+    try:
+        assert train(str(config), run_dir=str(tmp_path / "out")) == 1
+    finally:
+        hang.unlink()
+    assert time.monotonic() - started < 120
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    reason = summary["stop_reason"]
+    assert reason.startswith("failed: stalled: no optimizer step for") and "train.stall_timeout_s: 5" in reason
+    assert f"the reward function ({module}:score) scoring 4 prompt groups" in reason, reason

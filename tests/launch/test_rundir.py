@@ -163,8 +163,8 @@ def test_resume_of_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path):
 
 
 def test_resume_of_a_run_on_a_read_only_mount_holding_a_stale_lock_is_one_line(tmp_path):
-    from mounts import fasync_on_a_read_only_mount
     from cli_runs import REPO
+    from mounts import fasync_on_a_read_only_mount
 
     out = tmp_path / "out"
     out.mkdir()

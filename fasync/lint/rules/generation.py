@@ -15,8 +15,8 @@ from fasync.lint.rules import facts
     "(`rollout.temperature: 0`), where every completion of a prompt is the same.",
     why="Dynamic sampling drops the prompt groups whose rewards all agree (they have no advantage to learn "
     "from). A group of one sample, or of identical greedy completions, always agrees, so every group is "
-    "dropped: in sync and async each rollout runs all `max_sampling_rounds` rounds and trains on nothing, "
-    "and in fully_async nothing ever reaches the queue and the trainer waits forever.",
+    "dropped: the first rollout runs all `max_sampling_rounds` rounds (fully_async: drops that many rollouts' "
+    "worth of groups) and the run fails with nothing to train on, after the cluster and the actors started.",
 )
 def dynamic_sampling_drops_all(cfg, derived):
     rollout = cfg.rollout

@@ -34,11 +34,14 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
             "in fully_async the vLLM engine takes each request as admission lets it in and batches whatever is in " \
             "flight (continuous batching): there are no calls to slice, and a finished group leaves at once", \
             "`rollout.engine: hf` (the torch engine, whose calls are closed batches)"
-    if not rollout.dynamic_sampling or cfg.mode == "fully_async":
+    if not rollout.dynamic_sampling:
         yield "rollout", ["over_sampling_batch_size", "max_sampling_rounds"], \
-            ("the fully_async rollouter refills continuously, without rounds" if rollout.dynamic_sampling
-             else "they size the refill rounds of `rollout.dynamic_sampling`, which is off"), \
-            "`rollout.dynamic_sampling: true` in sync or async"
+            "they size the refill rounds of `rollout.dynamic_sampling`, which is off", \
+            "`rollout.dynamic_sampling: true`"
+    elif cfg.mode == "fully_async":
+        # `max_sampling_rounds` still counts there: that many rollouts' worth of groups dropped in a row end the run.
+        yield "rollout", ["over_sampling_batch_size"], \
+            "the fully_async rollouter refills continuously, without rounds", "`mode: sync` or `mode: async`"
     if rollout.engine != "vllm" or cfg.resources.gpus_per_engine > 0:
         yield "rollout", ["vllm_cpu_kv_cache_gb"], "it sizes the KV cache of vLLM engines on CPU, and there are none", \
             "`rollout.engine: vllm` with `resources.gpus_per_engine: 0`"
