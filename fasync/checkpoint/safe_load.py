@@ -6,8 +6,9 @@ for: a crafted run directory could run a command during `fasync export` or `--re
 them is read by a restricted unpickler that builds only the types a fasync checkpoint holds, and a file
 that asks for anything else is refused, naming the file and what it asked for:
 
-- driver.pt and rank-R.pt: `torch.load(weights_only=True)` with fasync's own plain data classes allowed
-  (`state_types`), and the numpy array of numpy's RNG state;
+- driver.pt and rank-R.pt: `torch.load(weights_only=True)` with `Counter` and the numpy array of numpy's RNG
+  state allowed, and for driver.pt the drivers' own plain data classes, which the caller names
+  (`fasync.drivers.driver_state_types`: this package sits below the drivers and knows none of them);
 - trainer/.metadata: DCP reads it with `pickle.load`, so it is unpickled first with only DCP's metadata
   records allowed (`_METADATA_TYPES`), before DCP reads it;
 - DCP's stored values (`torch.load(weights_only=False)` in DCP's planner): each is unpickled first with
@@ -22,6 +23,7 @@ from __future__ import annotations
 import io
 import pickle
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -32,17 +34,10 @@ from fasync.checkpoint import CheckpointError
 
 
 def state_types() -> list:
-    """Every type driver.pt and rank-R.pt hold beyond plain values and tensors (`fasync.checkpoint.run.DriverState`):
-    the mode's prompt groups, the learning signal, and numpy's RNG state (a uint32 array)."""
-    from fasync.drivers.generation import RolloutBatch
-    from fasync.metrics.signal import LearningSignal
-    from fasync.rollout.groups import PromptGroup
-    from fasync.rollout.types import Generation, GroupId, Sample
-
+    """The types every checkpoint state file may hold beyond plain values and tensors: counters and numpy's RNG
+    state (a uint32 array)."""
     numpy_array = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype(np.uint32))]
-    return [GroupId, Generation, Sample, PromptGroup, RolloutBatch, Counter, LearningSignal, *numpy_array,
-            # async driver.pt files written before RolloutBatch moved to fasync.drivers.generation
-            (RolloutBatch, "fasync.drivers.common.RolloutBatch")]
+    return [Counter, *numpy_array]
 
 
 _METADATA_TYPES = {
@@ -69,10 +64,10 @@ def _refusal(path: Path, what: str) -> CheckpointError:
         "the one before")
 
 
-def load_state(path: Path) -> dict:
-    """driver.pt or a rank-R.pt, read with only `state_types` allowed. Raises CheckpointError naming the file
-    when it asks for anything else; OSError and unpickling errors of a damaged file as they are."""
-    with torch.serialization.safe_globals(state_types()):
+def load_state(path: Path, types: Sequence = ()) -> dict:
+    """driver.pt or a rank-R.pt, read with only `state_types` and `types` allowed. Raises CheckpointError naming
+    the file when it asks for anything else; OSError and unpickling errors of a damaged file as they are."""
+    with torch.serialization.safe_globals([*state_types(), *types]):
         try:
             return torch.load(path, weights_only=True)
         except pickle.UnpicklingError as error:

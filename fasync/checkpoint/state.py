@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -159,11 +160,12 @@ def load_trainer(trainer, checkpoint_dir: Path) -> None:
         restore_rngs(extra["rngs"])
 
 
-def load_driver_state(checkpoint: Checkpoint) -> dict:
+def load_driver_state(checkpoint: Checkpoint, types: Sequence = ()) -> dict:
+    """driver.pt, with the drivers' own data classes `types` (`fasync.drivers.driver_state_types`) allowed."""
     from fasync.checkpoint import DRIVER
 
     try:
-        return load_state(checkpoint.path / DRIVER)
+        return load_state(checkpoint.path / DRIVER, types)
     except _failures() as error:
         raise _unreadable(checkpoint.path, DRIVER, error) from error
 

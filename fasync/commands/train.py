@@ -147,8 +147,9 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         if failed is not None:
             return failed
         from fasync.checkpoint.state import load_driver_state
+        from fasync.drivers import driver_state_types
 
-        state = load_driver_state(found)  # a corrupt driver.pt fails here, before Ray starts
+        state = load_driver_state(found, driver_state_types())  # a corrupt driver.pt fails here, before Ray starts
         resolved = resolve(cfg, model)
         # Without a config, the reward is looked for beside the config the run started from.
         started_from = Path(config_path).parent if config_path else rundir.recorded_dir(directory, "config_dir")

@@ -39,6 +39,20 @@ class Driver(Protocol):
 DRIVERS: dict[str, type[Driver]] = {driver.mode: driver for driver in (SyncDriver, AsyncDriver, FullyAsyncDriver)}
 
 
+def driver_state_types() -> list:
+    """Every class of the drivers' own that driver.pt holds (`fasync.checkpoint.run.DriverState`): the mode's
+    prompt groups and generations, and the learning signal. driver.pt is read allowing only these
+    (`fasync.checkpoint.safe_load`)."""
+    from fasync.drivers.generation import RolloutBatch
+    from fasync.metrics.signal import LearningSignal
+    from fasync.rollout.groups import PromptGroup
+    from fasync.rollout.types import Generation, GroupId, Sample
+
+    return [GroupId, Generation, Sample, PromptGroup, RolloutBatch, LearningSignal,
+            # async driver.pt files written before RolloutBatch moved to fasync.drivers.generation
+            (RolloutBatch, "fasync.drivers.common.RolloutBatch")]
+
+
 def driver_for(run: Run) -> Driver:
     """The driver for the run's mode, ready to `train()`."""
     return DRIVERS[run.cfg.mode](run)

@@ -25,6 +25,7 @@ from sections import tiny_sections
 from fasync import checkpoint
 from fasync.checkpoint.safe_load import dcp_load, load_state
 from fasync.checkpoint.state import capture_rngs, load_driver_state
+from fasync.drivers import driver_state_types
 from fasync.drivers.generation import RolloutBatch
 from fasync.metrics.signal import LearningSignal
 from fasync.rollout.groups import PromptGroup
@@ -80,7 +81,7 @@ def newest(run: Path) -> Path:
 
 
 def test_an_honest_checkpoint_of_every_mode_loads(run_dir):
-    state = load_driver_state(checkpoint.latest(run_dir))
+    state = load_driver_state(checkpoint.latest(run_dir), driver_state_types())
     expected = driver_state()
     assert state["mode"] == expected["mode"] and state["factory"] == expected["factory"]
     assert state["signal"].warned == {"entropy_collapse_streak"}
@@ -95,7 +96,7 @@ def test_an_async_driver_state_pickled_before_rolloutbatch_moved_still_loads(run
     monkeypatch.setattr(RolloutBatch, "__module__", "fasync.drivers.common")
     torch.save(driver_state(), newest(run_dir) / "driver.pt")
     monkeypatch.undo()
-    assert load_driver_state(checkpoint.latest(run_dir))["mode"] == driver_state()["mode"]
+    assert load_driver_state(checkpoint.latest(run_dir), driver_state_types())["mode"] == driver_state()["mode"]
 
 
 @pytest.mark.parametrize("part", ["driver.pt", "trainer/rank-0.pt"])

@@ -209,6 +209,7 @@ def test_after_sigkill_of_the_driver_nothing_of_its_cluster_runs_for_more_than_a
 def test_a_killed_actor_fails_the_run_within_seconds_naming_it_and_the_ledger_is_honest(tmp_path, actor, named):
     from fasync import checkpoint
     from fasync.checkpoint.state import load_driver_state
+    from fasync.drivers import driver_state_types
 
     run = Train(tmp_path, checkpoint={"every": 2})
     run.training()
@@ -227,7 +228,7 @@ def test_a_killed_actor_fails_the_run_within_seconds_naming_it_and_the_ledger_is
     assert (": balanced" if balances else "UNBALANCED") in output
     # The run is resumable from its last good checkpoint, which the failure left as it was.
     last = checkpoint.latest(run.out)
-    assert last is not None and last.step <= summary["optimizer_steps"] and load_driver_state(last)["step"] == last.step
+    assert last is not None and last.step <= summary["optimizer_steps"] and load_driver_state(last, driver_state_types())["step"] == last.step
     assert run.left_running(within_s=5) == []
 
 
