@@ -184,6 +184,22 @@ def export(
     raise typer.Exit(command.run(run_dir, out, step))
 
 
+@app.command("eval")
+def evaluate(
+    run_dir: Annotated[str, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
+    step: Annotated[int | None, typer.Option("--step", help="The checkpoint after this many optimizer steps "
+                                             "(default: the newest).")] = None,
+    data: Annotated[str | None, typer.Option("--data", metavar="FILE", help="A JSONL file of prompts and labels "
+                                             "to evaluate on (default: the run's eval set).")] = None,
+) -> None:
+    """Evaluate a run's checkpoint without training: mean reward, mean@k and pass@k (`eval` section), overall
+    and per data_source, printed and written to RUN_DIR/eval/. Exit 0: evaluated, 1: the checkpoint, reward or
+    eval set cannot be used, 2: no run directory."""
+    from fasync.commands import eval as command
+
+    raise typer.Exit(command.run(run_dir, step, data))
+
+
 @app.command()
 def bench(
     targets: Annotated[list[str], typer.Argument(metavar="[FILE] [KEY=VALUE...]",

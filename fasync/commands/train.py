@@ -44,15 +44,15 @@ def run(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | N
         _echo(resolved.plan.summary())
         return ExitCode.OK
     config_dir = Path(config_path).parent
-    factory = build_data(resolved, config_dir)
-    if factory is None:
+    data = build_data(resolved, config_dir)
+    if data is None:
         return ExitCode.FAILED
     directory = rundir.choose(cfg.logging.run_dir, config_path, run_dir)
 
     def start() -> int:
         write_atomic(directory / "config.yaml", yaml.safe_dump(raw, sort_keys=False))
         write_atomic(directory / "plan.txt", resolved.plan.summary() + "\n")
-        return train(resolved, factory, directory)
+        return train(resolved, data[0], directory, eval_prompts=data[1])
 
     return _holding_lock(lambda: rundir.prepare_new(directory, config_dir, _echo), start, refused=ExitCode.FAILED)
 
@@ -77,16 +77,23 @@ def load_and_lint(path: str, overrides: Sequence[str]) -> tuple[FasyncConfig | N
 
 
 def build_data(resolved: Resolved, config_dir: Path):
-    """The run's prompts, tokenizer and reward (`fasync.rollout.groups.GroupFactory`), a reward module looked for
-    beside the config too; None, said in one line, when they cannot be built."""
+    """(the run's prompts, tokenizer and reward: `fasync.rollout.groups.GroupFactory`; its eval set:
+    `fasync.eval.prompts.EvalPrompts` or None), a reward module looked for beside the config too; None, said in
+    one line, when they cannot be built."""
     from fasync.data.rewards import extend_import_path
     from fasync.errors import ConfigurationError
 
     extend_import_path(config_dir)
     try:
+        from fasync.eval.prompts import build_eval_prompts
         from fasync.rollout.groups import build_factory
 
-        return build_factory(resolved)
+        factory = build_factory(resolved)
+        dims = resolved.model_dims
+        context = dims.max_context if dims is not None else None
+        eval_prompts = build_eval_prompts(resolved.config, factory.tokenizer, context) \
+            if resolved.config.eval.enabled else None
+        return factory, eval_prompts
     except ConfigurationError as error:
         _echo(f"fasync train: {error}")
         return None
@@ -135,14 +142,14 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         resolved = resolve(cfg)
         # Without a config, the reward is looked for beside the config the run started from.
         started_from = Path(config_path).parent if config_path else rundir.recorded_dir(directory, "config_dir")
-        factory = build_data(resolved, started_from or directory)
-        if factory is None:
+        data = build_data(resolved, started_from or directory)
+        if data is None:
             return ExitCode.FAILED
         _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "
               f"{found.record.weight_version}, rollout {found.record.rollout})")
         # The run's config.yaml takes the allowed changes once the run has taken up its checkpoint.
         accept = (lambda: write_atomic(saved_config, yaml.safe_dump(raw, sort_keys=False))) if changes else None
-        return train(resolved, factory, directory, resume=(found, state), on_resumed=accept)
+        return train(resolved, data[0], directory, resume=(found, state), on_resumed=accept, eval_prompts=data[1])
 
     return _holding_lock(lambda: rundir.open_for_resume(directory, _echo), resume, refused=ExitCode.USAGE)
 
@@ -231,11 +238,12 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
 
 
 def train(resolved: Resolved, factory, directory: Path, engines: list | None = None, resume: tuple | None = None,
-          on_resumed=None) -> int:
+          on_resumed=None, eval_prompts=None) -> int:
     """Start Ray and the actors, run the driver, and stop: every way a run ends (finished, Ctrl-C, SIGTERM,
     a failure) goes through the one stop path below, which writes the summary and leaves no process behind.
     `engines`: engine actors the caller started (tests), used instead of starting them. `resume` is
-    (checkpoint, its driver state) to continue from, and `on_resumed` is called once the run has taken it up."""
+    (checkpoint, its driver state) to continue from, and `on_resumed` is called once the run has taken it up.
+    `eval_prompts`: the eval set (`build_data`), or None."""
     import ray
 
     from fasync.launch import reaper
@@ -254,7 +262,7 @@ def train(resolved: Resolved, factory, directory: Path, engines: list | None = N
                   else f"fasync train: joining the Ray cluster at {cfg.resources.ray_address}")
             start_ray(cfg, resolved.plan)
             signals.install()  # ray.init replaced the SIGTERM handler with one that exits 15
-        ending = training.drive(factory, engines, resume, on_resumed)
+        ending = training.drive(factory, eval_prompts, engines, resume, on_resumed)
     except (Stop, KeyboardInterrupt, SystemExit) as stop:
         # A bare KeyboardInterrupt: Ctrl-C before our handler was in; SystemExit(15): a SIGTERM while ray.init's
         # own handler was in place.
@@ -299,7 +307,8 @@ class _Training:
         _echo(f"fasync train: {reason}; stopping after this rollout with a checkpoint ({name} again stops now)")
         return True
 
-    def drive(self, factory, engines: list | None, resume: tuple | None, on_resumed) -> tuple[str, int, str]:
+    def drive(self, factory, eval_prompts, engines: list | None, resume: tuple | None, on_resumed
+              ) -> tuple[str, int, str]:
         """Start the actors and run the mode's driver to its end; (outcome, exit code, stop reason)."""
         from fasync.drivers import driver_for
         from fasync.drivers.common import Run
@@ -311,7 +320,7 @@ class _Training:
                       title=f"fasync train ({cfg.mode})") as progress:
             found, state = resume if resume is not None else (None, None)
             starting = Run(self.resolved, factory, self.directory, progress, engines=engines, resume=found,
-                           resume_state=state)
+                           resume_state=state, eval_prompts=eval_prompts)
             starting.start()
             self.run = run = starting
             self.driver = driver_for(run)

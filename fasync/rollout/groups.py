@@ -133,11 +133,12 @@ def build_factory(resolved) -> GroupFactory:
     from fasync.data import build_dataset
     from fasync.data.datasets import check_prompts
     from fasync.data.rewards import build_reward
+    from fasync.eval.prompts import training_part
     from fasync.model import build_tokenizer
 
     cfg, dims = resolved.config, resolved.model_dims
     tokenizer = build_tokenizer(cfg.model, cfg.data)
-    dataset = build_dataset(cfg.data)
+    dataset = training_part(build_dataset(cfg.data), cfg)
     check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
     if cfg.model.path is not None:
         from fasync.model.weights import check_weights
