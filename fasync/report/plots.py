@@ -240,6 +240,16 @@ def correction_chart(runs: list[Run], path: Path) -> Path:
     ], runs, "Off-policy correction (is/ diagnostics)", path)
 
 
+def eval_chart(runs: list[Run], path: Path) -> Path:
+    absent = "no evaluation in these runs (the `eval` section: eval.every, eval.before_train)"
+    return _figure([
+        Panel("pass@k and mean@k on the eval set", axis_label("share of the eval prompts", "fraction"),
+              (Line("eval/pass@k", "pass@k"), Line("eval/mean@k", "mean@k")), absent, ylim=(-0.02, 1.02)),
+        Panel("Mean reward on the eval set", metric_label("eval/reward_mean"),
+              (Line("eval/reward_mean", "eval reward"),), absent),
+    ], runs, "Evaluation (on the row written after each evaluation finished)", path)
+
+
 PHASES = (
     ("generate", "generate_time_s"),
     ("train\n(optimizer steps)", "train_time_s"),
@@ -291,6 +301,8 @@ CHARTS = {
               "and the rollouter were idle."),
     "correction": (correction_chart, "The off-policy correction diagnostics: KL, χ², effective sample size, and "
                    "what truncation and rejection removed."),
+    "eval": (eval_chart, "pass@k, mean@k and the mean reward on the eval set, at the optimizer step whose row holds "
+             "each evaluation (`eval/weight_version` says which weights it evaluated)."),
     "time": (time_chart, "Milliseconds per optimizer step spent in each phase, and the wall time per step."),
 }
 """Chart name (its PNG's stem) → (function, what it shows)."""
