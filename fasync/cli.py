@@ -141,6 +141,8 @@ def train(
     allow_config_change: Annotated[str | None, typer.Option("--allow-config-change", metavar="KEY,...",
                                                             help="With --resume: config keys that may differ "
                                                             "from the run's.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also show the latest generation of each rollout "
+                                          "(prompt, completion, reward, label).")] = False,
 ) -> None:
     """Check the config, start the actors on Ray and train. Exit 0: done (or resuming a finished run), 1: problems
     in the config or a failed run, 2: bad usage, a missing config file or a --resume that is no run directory,
@@ -156,7 +158,8 @@ def train(
     elif allow_config_change is not None:
         _fail("fasync train: --allow-config-change only goes with --resume")
     raise typer.Exit(command.run(files[0] if files else None, overrides, run_dir=run_dir, dry_run=dry_run,
-                                 resume=resume, allow_config_change=_codes(allow_config_change) or []))
+                                 resume=resume, allow_config_change=_codes(allow_config_change) or [],
+                                 verbose=verbose))
 
 
 @app.command()

@@ -229,3 +229,32 @@ def test_a_run_evaluates_every_n_steps_with_pass_at_k_in_metrics(ray_session, tm
     result = CliRunner().invoke(app, ["eval", str(out), "--step", "8", "--data", str(other)])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "eval" / "step_000008-other.json").read_text())["eval/prompts"] == 2
+
+
+# -- the live display ---------------------------------------------------------------------------------------------
+
+
+def test_the_display_keeps_a_reward_history_and_shows_the_latest_sample_at_verbose(capsys):
+    import io
+
+    from rich.console import Console
+
+    from fasync.metrics.progress import Progress, sparkline
+
+    sample = {"step": 3, "rollout": 1, "group": "5.0", "prompt": "123=", "completion": "321", "reward": 1.0,
+              "label": "321", "finish_reason": "stop", "version": 1, "staleness": 0}
+    progress = Progress(3, "plain", verbose=True)
+    for step, (rollout, reward) in enumerate([(0, 0.0), (0, 0.0), (1, 0.5), (1, 0.5), (2, 1.0)]):
+        progress.update({"step": step, "rollout": rollout, "rollout_reward_mean": reward})
+    progress.sample(sample)
+    assert list(progress.rewards) == [0.0, 0.5, 1.0]  # one per rollout, not per row
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "sample (step 3, version 1): '123=' → '321'  reward 1  label '321'"
+    console = Console(record=True, width=200, file=io.StringIO())
+    console.print(progress._render({"step": 4, "rollout": 2, "rollout_reward_mean": 1.0}))
+    shown = console.export_text()
+    assert "reward history (0.000 … 1.000): ▁▅█" in shown and "'123=' → '321'" in shown
+    assert sparkline([2.0, 2.0]) == "▁▁" and sparkline([]) == ""
+    quiet = Progress(3, "plain")
+    quiet.sample(sample)
+    assert capsys.readouterr().out == "" and quiet.latest_sample is None

@@ -31,11 +31,12 @@ def _echo(text: str = "") -> None:
 
 
 def run(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | None = None, dry_run: bool = False,
-        resume: str | None = None, allow_config_change: Sequence[str] = ()) -> int:
+        resume: str | None = None, allow_config_change: Sequence[str] = (), verbose: bool = False) -> int:
     """`fasync train`: a new run of `config_path`, or with `resume` the run in that directory, continued from its
-    newest checkpoint (`config_path` is then optional: the run's own config.yaml)."""
+    newest checkpoint (`config_path` is then optional: the run's own config.yaml). `verbose`: the live display
+    shows the latest generation too."""
     if resume is not None:
-        return resume_run(Path(resume).expanduser().resolve(), config_path, overrides, allow_config_change)
+        return resume_run(Path(resume).expanduser().resolve(), config_path, overrides, allow_config_change, verbose)
     cfg, raw, failed = load_and_lint(config_path, overrides)
     if failed is not None:
         return failed
@@ -52,7 +53,7 @@ def run(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | N
     def start() -> int:
         write_atomic(directory / "config.yaml", yaml.safe_dump(raw, sort_keys=False))
         write_atomic(directory / "plan.txt", resolved.plan.summary() + "\n")
-        return train(resolved, data[0], directory, eval_prompts=data[1])
+        return train(resolved, data[0], directory, eval_prompts=data[1], verbose=verbose)
 
     return _holding_lock(lambda: rundir.prepare_new(directory, config_dir, _echo), start, refused=ExitCode.FAILED)
 
@@ -119,7 +120,8 @@ def _holding_lock(acquire, body, refused: int) -> int:
 # -- resume ----------------------------------------------------------------------------------------------------
 
 
-def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str], allowed: Sequence[str]) -> int:
+def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str], allowed: Sequence[str],
+               verbose: bool = False) -> int:
     """The run in `directory`, continued from its newest checkpoint with its own config (or `config_path`, which
     may differ from it only in the `allowed` keys)."""
 
@@ -149,7 +151,8 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
               f"{found.record.weight_version}, rollout {found.record.rollout})")
         # The run's config.yaml takes the allowed changes once the run has taken up its checkpoint.
         accept = (lambda: write_atomic(saved_config, yaml.safe_dump(raw, sort_keys=False))) if changes else None
-        return train(resolved, data[0], directory, resume=(found, state), on_resumed=accept, eval_prompts=data[1])
+        return train(resolved, data[0], directory, resume=(found, state), on_resumed=accept, eval_prompts=data[1],
+                     verbose=verbose)
 
     return _holding_lock(lambda: rundir.open_for_resume(directory, _echo), resume, refused=ExitCode.USAGE)
 
@@ -238,18 +241,18 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
 
 
 def train(resolved: Resolved, factory, directory: Path, engines: list | None = None, resume: tuple | None = None,
-          on_resumed=None, eval_prompts=None) -> int:
+          on_resumed=None, eval_prompts=None, verbose: bool = False) -> int:
     """Start Ray and the actors, run the driver, and stop: every way a run ends (finished, Ctrl-C, SIGTERM,
     a failure) goes through the one stop path below, which writes the summary and leaves no process behind.
     `engines`: engine actors the caller started (tests), used instead of starting them. `resume` is
     (checkpoint, its driver state) to continue from, and `on_resumed` is called once the run has taken it up.
-    `eval_prompts`: the eval set (`build_data`), or None."""
+    `eval_prompts`: the eval set (`build_data`), or None. `verbose`: the display shows the latest generation."""
     import ray
 
     from fasync.launch import reaper
     from fasync.launch.signals import Stop, StopSignals
 
-    training = _Training(resolved, directory)
+    training = _Training(resolved, directory, verbose)
     signals = StopSignals(_echo, cooperative=training.stop_after_rollout)
     signals.install()
     owns_ray = not ray.is_initialized()
@@ -286,8 +289,9 @@ class _Training:
     """One run from its start to its stop, with what the stop path reads however the run ends. `run` is None
     until the actors have started."""
 
-    def __init__(self, resolved: Resolved, directory: Path):
+    def __init__(self, resolved: Resolved, directory: Path, verbose: bool = False):
         self.resolved = resolved
+        self.verbose = verbose
         self.directory = directory
         self.started = time.monotonic()
         self.run = None
@@ -317,7 +321,7 @@ class _Training:
 
         cfg = self.resolved.config
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
-                      title=f"fasync train ({cfg.mode})") as progress:
+                      title=f"fasync train ({cfg.mode})", verbose=self.verbose) as progress:
             found, state = resume if resume is not None else (None, None)
             starting = Run(self.resolved, factory, self.directory, progress, engines=engines, resume=found,
                            resume_state=state, eval_prompts=eval_prompts)

@@ -10,6 +10,7 @@ from fasync.checkpoint.run import ModeCheckpoint
 from fasync.drivers.common import Run
 from fasync.drivers.generation import RolloutBatch
 from fasync.metrics.ledger import Ledger
+from fasync.metrics.samples import sample_rows
 
 
 class Stopwatch:
@@ -78,13 +79,17 @@ class DriverLoop:
         and say whether to stop here."""
         run = self.run
         if self.evaluation is not None and records:
-            last = records[-1]["rollout"] + 1 >= run.cfg.train.num_rollouts or run.should_stop()
-            results = self.evaluation.at_rollout_end(run.step, len(records), last)
+            final = records[-1]["rollout"] + 1 >= run.cfg.train.num_rollouts or run.should_stop()
+            results = self.evaluation.at_rollout_end(run.step, len(records), final)
             for record, result in zip(records[len(records) - len(results):], results):
                 record.update(result)
         run.write(records, weight_sync_time_s, self.ledger)
         if records:
-            run.samples.after_rollout(run.step, records[-1]["rollout"], records[-1]["weight_version"], batch.groups)
+            last = records[-1]
+            run.samples.after_rollout(run.step, last["rollout"], last["weight_version"], batch.groups)
+            if run.progress.verbose:
+                for latest in sample_rows(batch.groups, 1, run.step - 1, last["rollout"], last["weight_version"]):
+                    run.progress.sample(latest)
         if run.checkpoints.due(run.step):
             run.save_checkpoint("every", self.checkpoint_state())
         return run.should_stop()
