@@ -194,13 +194,15 @@ def evaluate(
                                              "(default: the newest).")] = None,
     data: Annotated[str | None, typer.Option("--data", metavar="FILE", help="A JSONL file of prompts and labels "
                                              "to evaluate on (default: the run's eval set).")] = None,
+    export: Annotated[str | None, typer.Option("--export", metavar="DIR", help="Evaluate the policy `fasync "
+                                               "export` wrote to DIR instead of a checkpoint.")] = None,
 ) -> None:
-    """Evaluate a run's checkpoint without training: mean reward, mean@k and pass@k (`eval` section), overall
+    """Evaluate a run's checkpoint (or its exported policy) without training: mean reward, mean@k and pass@k (`eval` section), overall
     and per data_source, printed and written to RUN_DIR/eval/. Exit 0: evaluated, 1: the checkpoint, reward or
     eval set cannot be used, 2: no run directory."""
     from fasync.commands import eval as command
 
-    raise typer.Exit(command.run(run_dir, step, data))
+    raise typer.Exit(command.run(run_dir, step, data, export))
 
 
 @app.command()

@@ -258,3 +258,27 @@ def test_the_display_keeps_a_reward_history_and_shows_the_latest_sample_at_verbo
     quiet = Progress(3, "plain")
     quiet.sample(sample)
     assert capsys.readouterr().out == "" and quiet.latest_sample is None
+
+
+@pytest.mark.ray
+def test_fasync_eval_of_an_export_matches_its_checkpoint_and_bad_input_is_one_line(ray_session, tmp_path):
+    from typer.testing import CliRunner
+
+    from fasync.cli import app
+
+    out = evaluating_run(tmp_path, "sync")
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", str(out), str(tmp_path / "exported")]).exit_code == 0
+    result = runner.invoke(app, ["eval", str(out), "--export", str(tmp_path / "exported")])
+    assert result.exit_code == 0, result.output
+    assert f"the export {tmp_path / 'exported'} (step 8), weight version 4: 6 prompts" in result.output
+    exported = json.loads((out / "eval" / "export.json").read_text())
+    assert exported["eval/weight_version"] == 4 and exported["eval/prompts"] == 6
+
+    result = runner.invoke(app, ["eval", str(out), "--export", str(tmp_path)])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "not a policy `fasync export` wrote" in result.output
+    result = runner.invoke(app, ["eval", str(out), "--step", "3"])
+    assert result.exit_code == 1 and "no checkpoint at step 3 (checkpoints at steps: 8)" in result.output
+    result = runner.invoke(app, ["eval", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2 and "not a fasync run directory" in result.output
