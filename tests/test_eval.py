@@ -203,6 +203,9 @@ def test_a_run_evaluates_every_n_steps_with_pass_at_k_in_metrics(ray_session, tm
         assert row["eval/even/prompts"] == 3 and row["eval/odd/prompts"] == 3
         assert row["eval/time_s"] > 0
 
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["eval"] == {key: value for key, value in rows[-1].items() if key.startswith("eval/")}
+
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 4 * 3  # every 2 steps, one rollout's worth
     assert [s["step"] for s in samples] == [step for step in (1, 3, 5, 7) for _ in range(3)]

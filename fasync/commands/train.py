@@ -428,6 +428,8 @@ def summarize(run, ledger, started: float, outcome: str, stop_reason: str, mode:
         "last_checkpoint": run.last_checkpoint if run is not None else None,
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
         "warnings": run.signal.warnings if run is not None else [],
+        "eval": next(({key: value for key, value in row.items() if key.startswith("eval/")}
+                      for row in reversed(history) if "eval/pass@k" in row), None),
     }
     for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
         summary[f"total_{phase}"] = round(over(phase, history), 3)
@@ -447,6 +449,11 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> Non
     if summary["correction"]:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(summary["correction"].items()) if v is not None)
         _echo(f"  correction (last step): {shown}")
+    evaluation = summary["eval"]
+    if evaluation is not None:
+        _echo(f"  last evaluation (weight version {evaluation['eval/weight_version']}): pass@k "
+              f"{evaluation['eval/pass@k']:.3f}, mean@k {evaluation['eval/mean@k']:.3f}, reward "
+              f"{evaluation['eval/reward_mean']:.3f} over {evaluation['eval/prompts']} prompts")
     for warning in summary["warnings"]:
         _echo(f"  warning: {warning}")
     if ledger_text is not None:
