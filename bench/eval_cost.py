@@ -28,9 +28,11 @@ CONFIGS = {"sync": "configs/quickstart.yaml", "async": "configs/async.yaml", "fu
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rollouts", type=int, default=12)
-    parser.add_argument("--every", type=int, default=2, help="eval.every, in optimizer steps (one per rollout).")
-    parser.add_argument("--held-out", type=int, default=64, help="eval.held_out_prompts.")
-    parser.add_argument("--samples", type=int, default=4, help="eval.samples_per_prompt.")
+    parser.add_argument("--every", type=int, default=4, help="eval.every, in optimizer steps (one per rollout).")
+    # 256 prompts × 8 samples: each evaluation generates what 8 rollouts of 32 × 8 do, so that its cost stands
+    # out of the noise of a shared machine (a few seconds between two runs of the same config).
+    parser.add_argument("--held-out", type=int, default=256, help="eval.held_out_prompts.")
+    parser.add_argument("--samples", type=int, default=8, help="eval.samples_per_prompt.")
     parser.add_argument("--no-write", action="store_true", help="Print only; leave docs/training.md alone.")
     args = parser.parse_args()
 
@@ -41,17 +43,19 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
         for mode, config in CONFIGS.items():
-            walls = {}
+            walls, waits = {}, {}
             for label, extra in (("without", []), ("with", evaluating)):
                 code, records, _ = run_variant(str(ROOT / config), common + extra, Path(scratch) / f"{mode}-{label}")
                 codes.append(code)
                 walls[label] = records[-1]["wall_time"] if records else None
+                waits[label] = over("trainer_wait_s", records) if mode != "sync" else None
                 if label == "with":
                     evaluations = [r for r in records if "eval/time_s" in r]
                     eval_time = over("eval/time_s", records)
             added = walls["with"] - walls["without"]
             rows.append([mode, len(evaluations), round(walls["without"], 1), round(walls["with"], 1),
-                         round(added, 1), round(eval_time, 1), round(added / eval_time, 2) if eval_time else None])
+                         round(added, 1), round(eval_time, 1), round(added / eval_time, 2) if eval_time else None,
+                         "—" if mode == "sync" else f"{waits['without']:.1f} / {waits['with']:.1f}"])
             print(rows[-1], flush=True)
     load = (load_before + os.getloadavg()[0]) / 2
     text = "\n\n".join([
@@ -60,7 +64,8 @@ def main() -> int:
         f"modes' ratios rather than the seconds. Each run: {args.rollouts} rollouts of the mode's config "
         f"(`{' '.join(common)}`), with evaluation `{' '.join(evaluating)}` or without.",
         table(["mode", "evaluations", "wall without eval (s)", "wall with eval (s)", "added (s)",
-               "eval time, summed (s)", "added / eval time"], rows),
+               "eval time, summed (s)", "added / eval time", "trainer waited for rollouts, without / with (s)"],
+              rows),
     ])
     print(text)
     if not args.no_write:
