@@ -6,7 +6,8 @@ two rollouts, after the weight push, and training waits for it. In async and ful
 of its own beside the rollouts: its generate calls take turns with the rollouts' on each engine, so training
 goes on, and its result goes on the first row written after it finished, with the weight version it generated
 with (`eval/weight_version`). A weight sync that aborts its requests (fully_async's partial rollout) sends them
-again from the start, so that each completion comes from one version.
+again to go on from their prefix under the new weights, as partial rollouts do: sent again from the start, an
+evaluation longer than the time between two syncs would never finish.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 
 from fasync.config.schema import FasyncConfig
 from fasync.eval.prompts import EvalPrompts
@@ -73,12 +73,9 @@ class Evaluator:
         started = time.monotonic()
         factory, groups = self._groups()
         todo = groups
-        while todo:
+        while todo:  # requests a weight sync aborted go on from their prefix, under the new weights
             self.generate(todo, factory.params)
             todo = [group for group in groups if not group.finished]
-            for group in todo:  # aborted by a weight sync: again from the start, under the new weights
-                group.requests = [req if req.finished else replace(req, output_ids=[], logprobs=[], token_versions=[],
-                                                                   finish_reason=None) for req in group.requests]
         results = []
         for group in groups:
             factory.score(group)
