@@ -47,11 +47,14 @@ def main() -> int:
             for label, extra in (("without", []), ("with", evaluating)):
                 code, records, _ = run_variant(str(ROOT / config), common + extra, Path(scratch) / f"{mode}-{label}")
                 codes.append(code)
-                walls[label] = records[-1]["wall_time"] if records else None
+                walls[label] = records[-1]["wall_time"] if code == 0 and records else None
                 waits[label] = over("trainer_wait_s", records) if mode != "sync" else None
                 if label == "with":
                     evaluations = [r for r in records if "eval/time_s" in r]
                     eval_time = over("eval/time_s", records)
+            if None in walls.values():  # a run failed (its own message is above): no figures to compare
+                rows.append([mode, "failed", *[None] * 6])
+                continue
             added = walls["with"] - walls["without"]
             rows.append([mode, len(evaluations), round(walls["without"], 1), round(walls["with"], 1),
                          round(added, 1), round(eval_time, 1), round(added / eval_time, 2) if eval_time else None,
