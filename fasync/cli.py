@@ -141,6 +141,8 @@ def train(
     allow_config_change: Annotated[str | None, typer.Option("--allow-config-change", metavar="KEY,...",
                                                             help="With --resume: config keys that may differ "
                                                             "from the run's.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also show the latest generation of each rollout "
+                                          "(prompt, completion, reward, label).")] = False,
 ) -> None:
     """Check the config, start the actors on Ray and train. Exit 0: done (or resuming a finished run), 1: problems
     in the config, a run directory another run is using, or a failed run, 2: bad usage, a missing config file or
@@ -157,7 +159,8 @@ def train(
     elif allow_config_change is not None:
         _fail("fasync train: --allow-config-change only goes with --resume")
     raise typer.Exit(command.run(files[0] if files else None, overrides, run_dir=run_dir, dry_run=dry_run,
-                                 resume=resume, allow_config_change=_codes(allow_config_change) or []))
+                                 resume=resume, allow_config_change=_codes(allow_config_change) or [],
+                                 verbose=verbose))
 
 
 @app.command()
@@ -186,6 +189,24 @@ def export(
     from fasync.commands import export as command
 
     raise typer.Exit(command.run(run_dir, out, step, force))
+
+
+@app.command("eval")
+def evaluate(
+    run_dir: Annotated[str, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
+    step: Annotated[int | None, typer.Option("--step", help="The checkpoint after this many optimizer steps "
+                                             "(default: the newest).")] = None,
+    data: Annotated[str | None, typer.Option("--data", metavar="FILE", help="A JSONL file of prompts and labels "
+                                             "to evaluate on (default: the run's eval set).")] = None,
+    export: Annotated[str | None, typer.Option("--export", metavar="DIR", help="Evaluate the policy `fasync "
+                                               "export` wrote to DIR instead of a checkpoint.")] = None,
+) -> None:
+    """Evaluate a run's checkpoint (or its exported policy) without training: mean reward, mean@k and pass@k (`eval` section), overall
+    and per data_source, printed and written to RUN_DIR/eval/. Exit 0: evaluated, 1: the checkpoint, reward or
+    eval set cannot be used, 2: no run directory."""
+    from fasync.commands import eval as command
+
+    raise typer.Exit(command.run(run_dir, step, data, export))
 
 
 @app.command()

@@ -35,11 +35,12 @@ def _echo(text: str = "") -> None:
 
 
 def run(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | None = None, dry_run: bool = False,
-        resume: str | None = None, allow_config_change: Sequence[str] = ()) -> int:
+        resume: str | None = None, allow_config_change: Sequence[str] = (), verbose: bool = False) -> int:
     """`fasync train`: a new run of `config_path`, or with `resume` the run in that directory, continued from its
-    newest checkpoint (`config_path` is then optional: the run's own config.yaml)."""
+    newest checkpoint (`config_path` is then optional: the run's own config.yaml). `verbose`: the live display
+    shows the latest generation too."""
     if resume is not None:
-        return resume_run(Path(resume).expanduser().resolve(), config_path, overrides, allow_config_change)
+        return resume_run(Path(resume).expanduser().resolve(), config_path, overrides, allow_config_change, verbose)
     cfg, raw, model, failed = load_and_lint(config_path, overrides)
     if failed is not None:
         return failed
@@ -48,15 +49,15 @@ def run(config_path: str | None, overrides: Sequence[str] = (), run_dir: str | N
         _echo(resolved.plan.summary())
         return ExitCode.OK
     config_dir = Path(config_path).parent
-    factory = build_data(resolved, config_dir)
-    if factory is None:
+    data = build_data(resolved, config_dir)
+    if data is None:
         return ExitCode.FAILED
     directory = rundir.choose(cfg.logging.run_dir, config_path, run_dir)
 
     def start() -> int:
         write_atomic(directory / "config.yaml", yaml.safe_dump(raw, sort_keys=False))
         write_atomic(directory / "plan.txt", resolved.plan.summary() + "\n")
-        return train(resolved, factory, directory)
+        return train(resolved, data[0], directory, eval_prompts=data[1], verbose=verbose)
 
     return _holding_lock(lambda: rundir.prepare_new(directory, config_dir, _echo), start, refused=ExitCode.FAILED)
 
@@ -91,15 +92,22 @@ def load_and_lint(path: str, overrides: Sequence[str]) -> Linted:
 
 
 def build_data(resolved: Resolved, config_dir: Path):
-    """The run's prompts, tokenizer and reward (`fasync.rollout.groups.GroupFactory`), a reward module looked for
-    in the working directory and beside the config too; None, said in one line, when they cannot be built."""
+    """(the run's prompts, tokenizer and reward: `fasync.rollout.groups.GroupFactory`; its eval set:
+    `fasync.data.held_out.EvalPrompts` or None), a reward module looked for in the working directory and beside the
+    config too; None, said in one line, when they cannot be built."""
     from fasync.data.rewards import reward_search_path
     from fasync.errors import ConfigurationError
 
     try:
+        from fasync.data.held_out import build_eval_prompts
         from fasync.rollout.groups import build_factory
 
-        return build_factory(resolved, reward_search_path(config_dir))
+        factory = build_factory(resolved, reward_search_path(config_dir))
+        dims = resolved.model_dims
+        context = dims.max_context if dims is not None else None
+        eval_prompts = build_eval_prompts(resolved.config, factory.tokenizer, context) \
+            if resolved.config.eval.enabled else None
+        return factory, eval_prompts
     except ConfigurationError as error:
         _echo(f"fasync train: {error}")
         return None
@@ -129,7 +137,8 @@ def _holding_lock(acquire, body, refused: int) -> int:
 # -- resume ----------------------------------------------------------------------------------------------------
 
 
-def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str], allowed: Sequence[str]) -> int:
+def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str], allowed: Sequence[str],
+               verbose: bool = False) -> int:
     """The run in `directory`, continued from its newest checkpoint with its own config (or `config_path`, which
     may differ from it only in the `allowed` keys)."""
 
@@ -153,14 +162,15 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         resolved = resolve(cfg, model)
         # Without a config, the reward is looked for beside the config the run started from.
         started_from = Path(config_path).parent if config_path else rundir.recorded_dir(directory, "config_dir")
-        factory = build_data(resolved, started_from or directory)
-        if factory is None:
+        data = build_data(resolved, started_from or directory)
+        if data is None:
             return ExitCode.FAILED
         _echo(f"fasync train: resuming {directory} from {found.path.name} (step {found.step}, weight version "
               f"{found.record.weight_version}, rollout {found.record.rollout})")
         # The run's config.yaml takes the allowed changes once the run has taken up its checkpoint.
         accept = (lambda: write_atomic(saved_config, yaml.safe_dump(raw, sort_keys=False))) if changes else None
-        return train(resolved, factory, directory, resume=(found, state), on_resumed=accept)
+        return train(resolved, data[0], directory, resume=(found, state), on_resumed=accept, eval_prompts=data[1],
+                     verbose=verbose)
 
     return _holding_lock(lambda: rundir.open_for_resume(directory, _echo), resume, refused=ExitCode.USAGE)
 
@@ -259,17 +269,18 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
 
 
 def train(resolved: Resolved, factory, directory: Path, engines: list | None = None, resume: tuple | None = None,
-          on_resumed=None) -> int:
+          on_resumed=None, eval_prompts=None, verbose: bool = False) -> int:
     """Start Ray and the actors, run the driver, and stop: every way a run ends (finished, Ctrl-C, SIGTERM,
     a failure) goes through the one stop path below, which writes the summary and leaves no process behind.
     `engines`: engine actors the caller started (tests), used instead of starting them. `resume` is
-    (checkpoint, its driver state) to continue from, and `on_resumed` is called once the run has taken it up."""
+    (checkpoint, its driver state) to continue from, and `on_resumed` is called once the run has taken it up.
+    `eval_prompts`: the eval set (`build_data`), or None. `verbose`: the display shows the latest generation."""
     import ray
 
     from fasync.launch import reaper
     from fasync.launch.signals import Stop, StopSignals
 
-    training = _Training(resolved, directory)
+    training = _Training(resolved, directory, verbose)
     signals = StopSignals(_echo, cooperative=training.stop_after_rollout)
     signals.install()
     owns_ray = not ray.is_initialized()
@@ -282,7 +293,7 @@ def train(resolved: Resolved, factory, directory: Path, engines: list | None = N
                   else f"fasync train: joining the Ray cluster at {cfg.resources.ray_address}")
             start_ray(cfg, resolved.plan)
             signals.install()  # ray.init replaced the SIGTERM handler with one that exits 15
-        ending = training.drive(factory, engines, resume, on_resumed)
+        ending = training.drive(factory, eval_prompts, engines, resume, on_resumed)
     except (Stop, KeyboardInterrupt, SystemExit) as stop:
         # A bare KeyboardInterrupt: Ctrl-C before our handler was in; SystemExit(15): a SIGTERM while ray.init's
         # own handler was in place.
@@ -306,8 +317,9 @@ class _Training:
     """One run from its start to its stop, with what the stop path reads however the run ends. `run` is None
     until the actors have started."""
 
-    def __init__(self, resolved: Resolved, directory: Path):
+    def __init__(self, resolved: Resolved, directory: Path, verbose: bool = False):
         self.resolved = resolved
+        self.verbose = verbose
         self.directory = directory
         self.started = time.monotonic()
         self.run = None
@@ -327,7 +339,8 @@ class _Training:
         _echo(f"fasync train: {reason}; stopping after this rollout with a checkpoint ({name} again stops now)")
         return True
 
-    def drive(self, factory, engines: list | None, resume: tuple | None, on_resumed) -> tuple[str, int, str]:
+    def drive(self, factory, eval_prompts, engines: list | None, resume: tuple | None, on_resumed
+              ) -> tuple[str, int, str]:
         """Start the actors and run the mode's driver to its end; (outcome, exit code, stop reason)."""
         from fasync.drivers import driver_for
         from fasync.drivers.common import Run
@@ -336,10 +349,10 @@ class _Training:
 
         cfg = self.resolved.config
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
-                      title=f"fasync train ({cfg.mode})") as progress:
+                      title=f"fasync train ({cfg.mode})", verbose=self.verbose) as progress:
             found, state = resume if resume is not None else (None, None)
             starting = Run(self.resolved, factory, self.directory, progress, engines=engines, resume=found,
-                           resume_state=state)
+                           resume_state=state, eval_prompts=eval_prompts)
             starting.start()
             self.run = run = starting
             self.driver = driver_for(run)
@@ -448,6 +461,8 @@ def summarize(run, ledger, started: float, outcome: str, stop_reason: str, mode:
         "last_checkpoint": run.last_checkpoint if run is not None else None,
         "correction": {name: last[name] for name in METRICS if name.startswith("is/") and name in last},
         "warnings": run.signal.warnings if run is not None else [],
+        "eval": next(({key: value for key, value in row.items() if key.startswith("eval/")}
+                      for row in reversed(history) if "eval/pass@k" in row), None),
     }
     for phase in ("generate_time_s", "train_time_s", "weight_sync_time_s", "trainer_wait_s", "rollouter_pause_s"):
         summary[f"total_{phase}"] = round(over(phase, history), 3)
@@ -470,6 +485,11 @@ def _print_summary(summary: dict, run_dir: Path, ledger_text: str | None) -> Non
     if summary["correction"]:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(summary["correction"].items()) if v is not None)
         _echo(f"  correction (last step): {shown}")
+    evaluation = summary["eval"]
+    if evaluation is not None:
+        _echo(f"  last evaluation (weight version {evaluation['eval/weight_version']}): pass@k "
+              f"{evaluation['eval/pass@k']:.3f}, mean@k {evaluation['eval/mean@k']:.3f}, reward "
+              f"{evaluation['eval/reward_mean']:.3f} over {evaluation['eval/prompts']} prompts")
     for warning in summary["warnings"]:
         _echo(f"  warning: {warning}")
     if ledger_text is not None:

@@ -320,10 +320,72 @@ class LoggingConfig(Section):
         None, description="W&B's mode; offline writes under <run_dir>/wandb for `wandb sync` later. Null: W&B's own "
         "default (the WANDB_MODE variable, else online)."
     )
+    samples_every: int = Field(
+        0, ge=0, description="Every this many optimizer steps, write `logging.samples_per_write` of the rollout's "
+        "generations (prompt, completion, reward, label, version, staleness) to <run_dir>/samples.jsonl and to the "
+        "trackers. 0: never.",
+    )
+    samples_per_write: int = Field(4, ge=1, description="Generations written each `logging.samples_every` steps.")
     mlflow_tracking_uri: Optional[str] = Field(
         None, description="Where MLflow logs. Null: the MLFLOW_TRACKING_URI variable, else a file store in "
         "<run_dir>/mlruns."
     )
+
+
+class EvalConfig(Section):
+    path: Optional[str] = Field(
+        None, description="JSONL file of held-out prompts, read like `data.path` (the same `data.prompt_key` and "
+        "`data.label_key`; a record's `data_source`, when it has one, groups the results). Null: "
+        "`eval.held_out_prompts` of the training data, if any.",
+    )
+    held_out_prompts: int = Field(
+        0, ge=0, description="Without `eval.path`: this many prompts of the training data (chosen with "
+        "`data.seed`) are held out of training and evaluated instead. 0: none.",
+    )
+    every: int = Field(
+        0, ge=0, description="Evaluate at the end of the first rollout (fully_async: drain) by which another this "
+        "many optimizer steps were taken (verl's `test_freq`). 0: not during training.",
+    )
+    before_train: bool = Field(False, description="Also evaluate the initial weights, before the first optimizer "
+                               "step (verl's `val_before_train`).")
+    max_prompts: Optional[int] = Field(
+        None, ge=1, description="Evaluate the first this many prompts of the eval set. Null: all of them.",
+    )
+    samples_per_prompt: int = Field(
+        4, ge=1, le=MAX_GROUP_SIZE, description="Completions generated for each eval prompt: the n of pass@k.",
+    )
+    pass_k: Optional[int] = Field(
+        None, ge=1, description="The k of `eval/pass@k`, at most `eval.samples_per_prompt`. Null: "
+        "`eval.samples_per_prompt`.",
+    )
+    correct_reward: float = Field(
+        1.0, description="A completion counts as correct for pass@k and mean@k when its reward is at least this.",
+    )
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature of eval completions (0: greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass of eval completions.")
+    max_new_tokens: Optional[int] = Field(
+        None, ge=1, description="Longest eval completion in tokens. Null: `rollout.max_new_tokens`.",
+    )
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> EvalConfig:
+        if self.pass_k is not None and self.pass_k > self.samples_per_prompt:
+            raise ValueError(f"eval.pass_k {self.pass_k} is above eval.samples_per_prompt {self.samples_per_prompt}: "
+                             "pass@k needs at least k completions per prompt")
+        if self.path is not None and self.held_out_prompts:
+            raise ValueError("eval.path and eval.held_out_prompts both set: evaluate a file or a held-out part of "
+                             "the training data, not both")
+        return self
+
+    @property
+    def k(self) -> int:
+        """The k of pass@k."""
+        return self.pass_k or self.samples_per_prompt
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a training run evaluates at all."""
+        return bool(self.every or self.before_train)
 
 
 class CheckpointConfig(Section):
@@ -416,6 +478,7 @@ class FasyncConfig(Section):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="Ray cluster and placement.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Run directory, display and experiment trackers.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Saving the policy.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Evaluation on held-out prompts: pass@k.")
     lint: LintConfig = Field(default_factory=LintConfig, description="Linter settings for this config.")
     simulate: SimulateConfig = Field(default_factory=SimulateConfig,
                                      description="`fasync simulate`: completion lengths and costs.")

@@ -62,7 +62,7 @@ class AsyncDriver(DriverLoop):
             with Stopwatch() as sync:
                 if staleness.syncs_after(rollout, self.interval):
                     run.weights.publish(run.step, wait=False)
-            if self.end_rollout(records, sync.seconds):
+            if self.end_rollout(records, sync.seconds, batch):
                 break
         run.weights.verify_done_loads(block=True)
         self.save_last_checkpoint()

@@ -18,6 +18,7 @@ from fasync.launch.placement import Placement
 from fasync.launch.plan import Resolved
 from fasync.metrics.ledger import Journal, Ledger
 from fasync.metrics.progress import Progress
+from fasync.metrics.samples import SampleLog
 from fasync.metrics.steps import StepLog, StepRecords
 from fasync.metrics.stops import StopCriteria
 from fasync.metrics.trackers import open_trackers
@@ -38,16 +39,19 @@ class Run:
 
     def __init__(self, resolved: Resolved, factory: GroupFactory, run_dir: Path, progress: Progress,
                  engines: list | None = None, resume: checkpoint.Checkpoint | None = None,
-                 resume_state: dict | None = None):
+                 resume_state: dict | None = None, eval_prompts=None):
         self.resolved = resolved
         """The config with what follows from it (fasync.launch.plan.resolve), which the actors are given too."""
         self.cfg = cfg = resolved.config
         self.factory = factory
+        self.eval_prompts = eval_prompts
+        """The eval set (`fasync.data.held_out.EvalPrompts`) the driver evaluates on; None: no evaluation."""
         self.run_dir = run_dir
         self.progress = progress
         check_transport(cfg)
         self.writer: MetricsWriter | None = None
         self.journal: Journal | None = None
+        self.samples: SampleLog | None = None
         self.log: StepLog | None = None
         self.records = StepRecords()
         self.stops = StopCriteria(cfg.train.target_reward)
@@ -73,6 +77,8 @@ class Run:
         self.writer = MetricsWriter(self.run_dir, cfg.mode, open_trackers(
             cfg.logging, self.run_dir, cfg.model_dump(mode="json", by_alias=True)))
         self.journal = Journal(self.run_dir)
+        self.samples = SampleLog(self.run_dir, cfg.logging.samples_every, cfg.logging.samples_per_write,
+                                 self.writer.trackers)
         self.log = StepLog(self.writer, self.progress, cfg.train.max_bad_steps)
         self.placement = Placement(self.resolved.plan)
         if self._owns_engines:
@@ -91,6 +97,7 @@ class Run:
             self.weights.clock.load_state_dict(state.clock)
             self.records.recent_rewards.extend(state.recent_rewards)
             self.log.signal = state.signal
+        self.samples.start(self.records.step)
         self.weights.start(self.resolved.plan)
 
     def wait_until_ready(self) -> None:
@@ -167,9 +174,10 @@ class Run:
     def close(self, outcome: str = "finished") -> None:
         """Flush the metrics, end the trackers' runs with the run's `outcome`, and end the actors this run
         started."""
-        if self.writer is not None:  # opened together with the journal
+        if self.writer is not None:  # opened together with the journal and samples.jsonl
             self.writer.close(outcome)
             self.journal.close()
+            self.samples.close()
         if self.trainer is not None:
             self.trainer.kill()
         for engine in self.engines if self._owns_engines else ():

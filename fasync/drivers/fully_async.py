@@ -84,7 +84,7 @@ class FullyAsyncDriver(DriverLoop):
             add_rollouter_figures(records, state, self.seen)
             self.seen = state
             run.journal.write(self._wait(self.rollouter.take_journal.remote(), "the rollouter's journal"))
-            if self.end_rollout(records, sync.seconds):
+            if self.end_rollout(records, sync.seconds, batch):
                 break
         self.save_last_checkpoint()
         self.finish()

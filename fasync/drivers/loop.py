@@ -8,7 +8,9 @@ from typing import ClassVar
 
 from fasync.checkpoint.run import ModeCheckpoint
 from fasync.drivers.common import Run
+from fasync.drivers.generation import RolloutBatch
 from fasync.metrics.ledger import Ledger
+from fasync.metrics.samples import sample_rows
 
 
 class Stopwatch:
@@ -34,6 +36,8 @@ class DriverLoop:
         """The run's sample ledger as this driver holds it (`Driver.ledger`)."""
         self.resumed_state = {} if run.resumed is None else run.resumed.mode
         """The mode's part of the resumed checkpoint (`ModeCheckpoint.state`), for `setup` to take up."""
+        self.evaluation = None
+        """When and what the run evaluates (`fasync.eval.evaluation.Evaluation`); None: it does not."""
 
     def train(self) -> None:
         try:
@@ -41,10 +45,22 @@ class DriverLoop:
             self.loop()
         finally:
             self.cleanup()
+            if self.evaluation is not None:
+                self.evaluation.close()
 
     def setup(self) -> None:
-        """Start the mode's own parts, and wait until the run is ready to train."""
-        self.run.wait_until_ready()
+        """Start the mode's own parts, and wait until the run is ready to train; then evaluate the initial
+        weights if the run asks for it."""
+        run = self.run
+        run.wait_until_ready()
+        if run.eval_prompts is not None and run.cfg.eval.enabled:
+            from fasync.drivers.generation import generate
+            from fasync.eval.evaluation import Evaluation, Evaluator
+
+            evaluator = Evaluator(run.cfg, run.factory.tokenizer, run.factory.reward_fn, run.eval_prompts,
+                                  lambda groups, params: generate(run.engines, groups, params, run.watchdog))
+            self.evaluation = Evaluation(evaluator, run.cfg.eval.every, self.mode != "sync", run.watchdog)
+            self.evaluation.start(run.step, run.cfg.eval.before_train)
 
     def loop(self) -> None:
         """Train rollout (drain) after rollout, from `Run.start_rollout`, each ended by `end_rollout`, then take
@@ -57,10 +73,23 @@ class DriverLoop:
     def checkpoint_state(self) -> ModeCheckpoint:
         return ModeCheckpoint(self.ledger)
 
-    def end_rollout(self, records: list[dict], weight_sync_time_s: float) -> bool:
-        """Write the rollout's records, take a checkpoint when one is due, and say whether to stop here."""
+    def end_rollout(self, records: list[dict], weight_sync_time_s: float, batch: RolloutBatch) -> bool:
+        """Once the rollout's (drain's) weights are pushed: start an evaluation that is due and put one that
+        finished on its last record, write the records and the samples due, take a checkpoint when one is due,
+        and say whether to stop here."""
         run = self.run
+        if self.evaluation is not None and records:
+            final = records[-1]["rollout"] + 1 >= run.cfg.train.num_rollouts or run.should_stop()
+            results = self.evaluation.at_rollout_end(run.step, len(records), final)
+            for record, result in zip(records[len(records) - len(results):], results):
+                record.update(result)
         run.write(records, weight_sync_time_s, self.ledger)
+        if records:
+            last = records[-1]
+            run.samples.after_rollout(run.step, last["rollout"], last["weight_version"], batch.groups)
+            if run.progress.verbose:
+                for latest in sample_rows(batch.groups, 1, run.step - 1, last["rollout"], last["weight_version"]):
+                    run.progress.sample(latest)
         if run.checkpoints.due(run.step):
             run.save_checkpoint("every", self.checkpoint_state())
         return run.should_stop()

@@ -38,6 +38,6 @@ class SyncDriver(DriverLoop):
                 rollouts.wake(["weights"])
                 run.weights.publish(run.step)
                 rollouts.wake(["kv_cache"])
-            if self.end_rollout(records, sync.seconds):
+            if self.end_rollout(records, sync.seconds, batch):
                 break
         self.save_last_checkpoint()

@@ -128,6 +128,18 @@ _AGENT = (
     ("multi_version_fraction", "fraction", "trajectories whose trained tokens come from more than one version",
      "mean"),
 )
+_EVALUATES = "`eval.every` or `eval.before_train`"
+_EVAL_FIGURES = (
+    ("prompts", "1", "eval prompts evaluated"),
+    ("reward_mean", "1", "mean reward of the eval completions (each prompt has `eval.samples_per_prompt`)"),
+    ("mean@k", "fraction", "mean over the eval prompts of the share of their completions that are correct (reward "
+     "at least `eval.correct_reward`): pass@1 averaged over the samples"),
+    ("pass@k", "fraction", "unbiased pass@k (k: `eval.pass_k`) from n = `eval.samples_per_prompt` completions with "
+     "c correct, 1 − C(n−c, k) / C(n, k), averaged over the eval prompts"),
+)
+PER_SOURCE = "<data_source>"
+"""The placeholder in the names of the per-`data_source` eval metrics: `eval/<data_source>/pass@k` stands for
+`eval/gsm8k/pass@k` and every other source's key (`metric_for`)."""
 
 METRICS: dict[str, Metric] = _metrics(
     # Where the row sits.
@@ -209,13 +221,33 @@ METRICS: dict[str, Metric] = _metrics(
       for name, unit, meaning, how in _AGENT),
     *(Metric(f"agent/tool_errors_{kind}", "1", f"tool calls of the rollout's trajectories that failed: {kind}",
              when=_AGENTIC, scope="rollout", over="sum") for kind in TOOL_ERROR_KINDS),
+    # Evaluation on held-out prompts (fasync/eval): on the first row written after an evaluation finished.
+    Metric("eval/weight_version", "versions", "the weight version the evaluation generated with (the oldest, "
+           "where a weight sync interrupted it)", when=_EVALUATES, over="last"),
+    Metric("eval/time_s", "s", "seconds from the evaluation's start to its result (sync: the time training "
+           "waited for it; async modes: it ran beside the rollouts)", when=_EVALUATES, over="sum"),
+    Metric("eval/response_length_mean", "tokens", "mean length of the eval completions", when=_EVALUATES,
+           over="last"),
+    *(Metric(f"eval/{name}", unit, meaning, when=_EVALUATES, over="last") for name, unit, meaning in _EVAL_FIGURES),
+    *(Metric(f"eval/{PER_SOURCE}/{name}", unit, f"{meaning}, over the eval prompts of one `data_source` (its name "
+             "with any character but letters, digits and `_.@-` made `_`)", when=_EVALUATES + " and prompts with "
+             "a `data_source`", over="last") for name, unit, meaning in _EVAL_FIGURES),
 )
+
+
+def metric_for(key: str) -> Optional[Metric]:
+    """The metric a row's `key` is: its own entry, or the per-`data_source` eval metric it is one of
+    (`eval/gsm8k/pass@k` is `eval/<data_source>/pass@k`); None for a key the registry does not define."""
+    metric = METRICS.get(key)
+    if metric is None and key.startswith("eval/") and key.count("/") == 2:
+        metric = METRICS.get(f"eval/{PER_SOURCE}/{key.rsplit('/', 1)[1]}")
+    return metric
 
 
 def check_row(row: dict, mode: str) -> None:
     """Raise `UnregisteredMetric` for a key `METRICS` does not define for `mode`."""
     for key in row:
-        metric = METRICS.get(key)
+        metric = metric_for(key)
         if metric is None or mode not in metric.modes:
             raise UnregisteredMetric(f"metrics.jsonl key {key!r} is not registered for mode {mode} "
                                      "(fasync/metrics/registry.py)")

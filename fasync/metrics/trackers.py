@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from fasync.errors import ConfigurationError
-from fasync.metrics.registry import METRICS
+from fasync.metrics.registry import METRICS, metric_for
 
 DEFAULT_EXPERIMENT = "fasync"
 
@@ -56,7 +56,7 @@ def scalars(row: dict) -> dict[str, float]:
     """The row's numeric metrics (bools as 0/1), by registry name; text and missing values left out."""
     out = {}
     for name, value in row.items():
-        metric = METRICS.get(name)
+        metric = metric_for(name)
         if metric is None or metric.unit == "text" or value is None or isinstance(value, str):
             continue
         out[name] = float(value)
@@ -91,6 +91,11 @@ class Tracker:
         if not self.failed:
             self._guarded(f"at step {row.get('step')}", self.send, int(row["step"]), scalars(row))
 
+    def log_samples(self, step: int, rows: list[dict]) -> None:
+        """Send samples.jsonl's lines of optimizer `step` (`fasync.metrics.samples`)."""
+        if not self.failed:
+            self._guarded(f"sending the samples of step {step}", self.send_samples, step, rows)
+
     def close(self, outcome: str = "finished") -> None:
         """End the tracker's run, marked with the run's `outcome` (summary.json's: finished, failed,
         interrupted, terminated), so that a failed run does not show as a finished one in the tracker."""
@@ -108,8 +113,23 @@ class Tracker:
     def send(self, step: int, values: dict[str, float]) -> None:
         raise NotImplementedError
 
+    def send_samples(self, step: int, rows: list[dict]) -> None:
+        raise NotImplementedError
+
     def end(self, outcome: str) -> None:
         """Flush and end the tracker's run."""
+
+
+def samples_markdown(rows: list[dict]) -> str:
+    """samples.jsonl's lines as a Markdown table (TensorBoard renders its text as Markdown)."""
+    from fasync.metrics.samples import FIELDS
+
+    def cell(value) -> str:
+        return str(value).replace("|", "\\|").replace("\n", "<br>")
+
+    lines = ["| " + " | ".join(FIELDS) + " |", "|" + "---|" * len(FIELDS)]
+    lines += ["| " + " | ".join(cell(row[field]) for field in FIELDS) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 class TensorBoardTracker(Tracker):
@@ -133,7 +153,7 @@ class TensorBoardTracker(Tracker):
     def _value(self, name: str, value: float):
         entry = self._summary.Value(tag=name, simple_value=value)
         if name not in self._described:
-            metric = METRICS[name]
+            metric = metric_for(name)
             entry.metadata.CopyFrom(self._metadata.create_summary_metadata(
                 display_name=name, description=f"{metric.meaning} (unit: {metric.unit})"))
             self._described.add(name)
@@ -141,6 +161,14 @@ class TensorBoardTracker(Tracker):
 
     def send(self, step: int, values: dict[str, float]) -> None:
         summary = self._summary(value=[self._value(name, value) for name, value in values.items()])
+        self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
+        self._writer.flush()
+
+    def send_samples(self, step: int, rows: list[dict]) -> None:
+        """A text summary under the tag `samples`: the lines as a Markdown table."""
+        from tensorboard.plugins.text.summary_v2 import text_pb
+
+        summary = text_pb("samples", samples_markdown(rows), "generations of the step (samples.jsonl)")
         self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
         self._writer.flush()
 
@@ -164,6 +192,15 @@ class WandbTracker(Tracker):
 
     def send(self, step: int, values: dict[str, float]) -> None:
         self._run.log(values, step=step)
+
+    def send_samples(self, step: int, rows: list[dict]) -> None:
+        """A W&B table under the key `samples`, its columns samples.jsonl's keys."""
+        import wandb
+
+        from fasync.metrics.samples import FIELDS
+
+        table = wandb.Table(columns=list(FIELDS), data=[[row[field] for field in FIELDS] for row in rows])
+        self._run.log({"samples": table}, step=step)
 
     def end(self, outcome: str) -> None:
         # W&B reads a non-zero exit code as a failed run (its "crashed"/"failed" state).
@@ -201,6 +238,13 @@ class MlflowTracker(Tracker):
         now = int(time.time() * 1000)
         self._client.log_batch(self.run_id, metrics=[self._metric(name, value, now, step)
                                                      for name, value in values.items()])
+
+    def send_samples(self, step: int, rows: list[dict]) -> None:
+        """The artifact samples/step_<step>.jsonl: samples.jsonl's lines of the step."""
+        import json
+
+        self._client.log_text(self.run_id, "".join(json.dumps(row) + "\n" for row in rows),
+                              f"samples/step_{step:06d}.jsonl")
 
     def end(self, outcome: str) -> None:
         self._client.set_terminated(self.run_id, status=MLFLOW_STATUS.get(outcome, "FAILED"))

@@ -255,6 +255,16 @@ def agentic_chart(runs: list[Run], path: Path) -> Path:
     ], runs, "Agentic rollouts (agent/ metrics)", path)
 
 
+def eval_chart(runs: list[Run], path: Path) -> Path:
+    absent = "no evaluation in these runs (the `eval` section: eval.every, eval.before_train)"
+    return _figure([
+        Panel("pass@k and mean@k on the eval set", axis_label("share of the eval prompts", "fraction"),
+              (Line("eval/pass@k", "pass@k"), Line("eval/mean@k", "mean@k")), absent, ylim=(-0.02, 1.02)),
+        Panel("Mean reward on the eval set", metric_label("eval/reward_mean"),
+              (Line("eval/reward_mean", "eval reward"),), absent),
+    ], runs, "Evaluation (on the row written after each evaluation finished)", path)
+
+
 PHASES = (
     ("generate", "generate_time_s"),
     ("train\n(optimizer steps)", "train_time_s"),
@@ -308,6 +318,8 @@ CHARTS = {
                    "what truncation and rejection removed."),
     "agentic": (agentic_chart, "Multi-turn trajectories: turns, tool calls and errors, truncation, the share of "
                 "tokens the loss masks out, and the weight versions one trajectory's trained tokens span."),
+    "eval": (eval_chart, "pass@k, mean@k and the mean reward on the eval set, at the optimizer step whose row holds "
+             "each evaluation (`eval/weight_version` says which weights it evaluated)."),
     "time": (time_chart, "Milliseconds per optimizer step spent in each phase, and the wall time per step."),
 }
 """Chart name (its PNG's stem) → (function, what it shows)."""

@@ -144,12 +144,13 @@ def build_factory(resolved, reward_search_path: tuple[str, ...] = ()) -> GroupFa
     (`fasync.data.rewards.reward_search_path`)."""
     from fasync.data import build_dataset
     from fasync.data.datasets import check_prompts
+    from fasync.data.held_out import training_part
     from fasync.data.rewards import build_reward
     from fasync.model import build_tokenizer
 
     cfg, dims = resolved.config, resolved.model_dims
     tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
-    dataset = build_dataset(cfg.data)
+    dataset = training_part(build_dataset(cfg.data), cfg)
     check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
     if cfg.model.path is not None:
         from fasync.model.weights import check_weights

@@ -292,3 +292,63 @@ def test_a_tracker_that_cannot_start_is_one_message_with_a_hint(tmp_path, monkey
                                  "configured (no-tty)); log in with `wandb login` (or set WANDB_API_KEY), or set "
                                  "`logging.wandb_mode: offline`")
     assert closed == ["tensorboard"]  # the one already started is closed again
+
+
+SAMPLES = [{"step": 1, "rollout": 0, "group": "3.0", "prompt": "123=", "completion": "321", "reward": 1.0,
+            "label": "321", "finish_reason": "stop", "version": 0, "staleness": 1},
+           {"step": 1, "rollout": 0, "group": "4.0", "prompt": "4|5=", "completion": "5\n4", "reward": 0.0,
+            "label": "5|4", "finish_reason": "length", "version": 1, "staleness": 0}]
+"""samples.jsonl lines (fasync.metrics.samples), one with the characters a Markdown table must escape."""
+
+
+def write_rows_and_samples(run_dir: Path, tracker: Tracker) -> None:
+    writer = MetricsWriter(run_dir, "sync", [tracker])
+    writer.write(rows()[0])
+    writer.write(rows()[1])
+    tracker.log_samples(1, SAMPLES)
+    writer.write(rows()[2])
+    writer.close()
+
+
+def test_tensorboard_samples_read_back_as_text(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    write_rows_and_samples(tmp_path, trackers.TensorBoardTracker(tmp_path))
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    [event] = events.Tensors("samples")
+    text = event.tensor_proto.string_val[0].decode()
+    assert event.step == 1 and events.SummaryMetadata("samples").plugin_data.plugin_name == "text"
+    header, rule, first, second = text.split("\n")
+    assert header == "| step | rollout | group | prompt | completion | reward | label | finish_reason | version | " \
+                     "staleness |"
+    assert first == "| 1 | 0 | 3.0 | 123= | 321 | 1.0 | 321 | stop | 0 | 1 |"
+    assert second == "| 1 | 0 | 4.0 | 4\\|5= | 5<br>4 | 0.0 | 5\\|4 | length | 1 | 0 |"
+
+
+def test_wandb_samples_read_back_as_a_table(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    write_rows_and_samples(tmp_path, trackers.WandbTracker(tmp_path, CONFIG, "fasync-test", "offline"))
+    # A table goes into the history as nested keys (samples/_type, samples/path, ...) at its step.
+    history = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+               for record in finished_wandb_log(tmp_path) if record.WhichOneof("record_type") == "history"]
+    tables = [(row["_step"], row["samples/path"]) for row in history if row.get("samples/_type") == "table-file"]
+    assert len(tables) == 1 and tables[0][0] == 1
+    [files] = list(tmp_path.glob("wandb/offline-run-*/files"))
+    table = json.loads((files / tables[0][1]).read_text())
+    assert table["columns"] == list(SAMPLES[0])
+    assert [dict(zip(table["columns"], row)) for row in table["data"]] == SAMPLES
+
+
+def test_mlflow_samples_read_back_as_an_artifact(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracker = trackers.MlflowTracker(tmp_path, CONFIG, "fasync-test", None)
+    write_rows_and_samples(tmp_path, tracker)
+    client = MlflowClient(tracking_uri=tracker.tracking_uri)
+    saved = Path(client.download_artifacts(tracker.run_id, "samples/step_000001.jsonl", str(tmp_path / "artifacts")))
+    assert [json.loads(line) for line in saved.read_text().splitlines()] == SAMPLES
