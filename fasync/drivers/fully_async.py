@@ -118,12 +118,13 @@ class FullyAsyncDriver(DriverLoop):
             self.run.weights.finish(pending, self._wait(pending.call, f"the weight sync to version {pending.version}"))
             self.pending_sync = None
 
-    def checkpoint_state(self) -> ModeCheckpoint:
+    def checkpoint_state(self, last: bool = False) -> ModeCheckpoint:
         """The rollouter's snapshot, once the weight sync in progress and the trained reports are done (so that
-        the engines hold the trainer's version and the ledger counts every drain trained)."""
+        the engines hold the trainer's version and the ledger counts every drain trained). The `last` one leaves
+        generation paused: nothing is drawn after the cursor the run's last checkpoint records."""
         self.finish_sync()
         self._wait_for_reports()
-        snapshot = unpack(self._wait(self.rollouter.snapshot.remote(), "the rollouter's snapshot"))
+        snapshot = unpack(self._wait(self.rollouter.snapshot.remote(last), "the rollouter's snapshot"))
         self.ledger = Ledger.from_dict(snapshot["ledger"])
         return ModeCheckpoint(self.ledger, {"rollouter": snapshot}, journal=snapshot.pop("journal"),
                               engine_rngs=snapshot["engine_rngs"], draws=snapshot["factory"]["draws"])

@@ -54,7 +54,8 @@ class DriverLoop:
     def cleanup(self) -> None:
         """End the mode's own parts, after the loop finished or failed."""
 
-    def checkpoint_state(self) -> ModeCheckpoint:
+    def checkpoint_state(self, last: bool = False) -> ModeCheckpoint:
+        """`last`: the checkpoint at the end of the loop, after which the mode generates nothing new."""
         return ModeCheckpoint(self.ledger)
 
     def end_rollout(self, records: list[dict], weight_sync_time_s: float) -> bool:
@@ -67,4 +68,4 @@ class DriverLoop:
 
     def save_last_checkpoint(self) -> None:
         """The checkpoint at the end of the loop: "finished", or the outcome of the stop that ended it."""
-        self.run.save_checkpoint(self.run.stop_requested or "finished", self.checkpoint_state())
+        self.run.save_checkpoint(self.run.stop_requested or "finished", self.checkpoint_state(last=True))
