@@ -22,6 +22,7 @@ from fasync.atomic import RunFileError, write_atomic, write_json_atomic
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Severity
 from fasync.exit_codes import ExitCode
+from fasync.killpoints import kill_point
 from fasync.launch import rundir
 from fasync.launch.plan import Resolved, ResourcePlan, resolve
 
@@ -228,6 +229,7 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
     else:
         ray.init(address="local", num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
                  include_dashboard=False, **common)
+    kill_point("ray_start")
 
 
 def train(resolved: Resolved, factory, directory: Path, engines: list | None = None, resume: tuple | None = None,

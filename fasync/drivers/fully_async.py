@@ -25,6 +25,7 @@ from fasync.drivers.generation import RolloutBatch
 from fasync.drivers.loop import DriverLoop, Stopwatch
 from fasync.drivers.weight_sync import PendingSync
 from fasync.errors import ActorFailed, ConfigurationError, describe_failure
+from fasync.killpoints import kill_point
 from fasync.launch.actors import RolloutActor
 from fasync.launch.faults import POLL_S
 from fasync.metrics.ledger import Ledger
@@ -102,6 +103,7 @@ class FullyAsyncDriver(DriverLoop):
         if len(groups) < count:
             raise RolloutStopped("the rollouter stopped before the run was finished")
         self.prefetched = self.rollouter.take.remote(count, staleness.train_version(drain + 1, self.interval))
+        kill_point("prefetch")
         return RolloutBatch(groups, generate_time_s=0.0, rounds=None), state
 
     def sync(self) -> None:

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from fasync.checkpoint.run import ModeCheckpoint
 from fasync.drivers.common import Run
+from fasync.killpoints import kill_point
 from fasync.metrics.ledger import Ledger
 
 
@@ -62,6 +63,7 @@ class DriverLoop:
         """Write the rollout's records, take a checkpoint when one is due, and say whether to stop here."""
         run = self.run
         run.write(records, weight_sync_time_s, self.ledger)
+        kill_point("rollout_end")
         if run.checkpoints.due(run.step):
             run.save_checkpoint("every", self.checkpoint_state())
         return run.should_stop()

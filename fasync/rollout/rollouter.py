@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from fasync import staleness
 from fasync.errors import ActorFailed, actor_id, describe_failure
+from fasync.killpoints import kill_point
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed
@@ -381,6 +382,7 @@ class Rollouter:
         self._running.clear()
         await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
         await self._until_idle()
+        kill_point("rollouter_snapshot")
         engine_rngs = await asyncio.gather(*(engine.rng_state.remote() for engine in self.engines))
         snapshot = {
             "in_flight": list(self.in_flight.values()),
