@@ -171,6 +171,14 @@ def config_changes(saved: dict, now: dict) -> dict[str, tuple]:
             if before.get(key) != after.get(key)}
 
 
+FIXED_ON_RESUME = {
+    "mode": "the checkpoint's ledger, queue and groups in flight are its mode's",
+    **{f"model.{key}": "the checkpoint's weights and optimizer state have the run's model's shapes"
+       for key in ("path", "n_layers", "d_model", "n_heads", "max_seq_len")},
+}
+"""Config keys a resumed run keeps whatever --allow-config-change says, and why."""
+
+
 def _allowed_changes(saved_config: Path, cfg: FasyncConfig, allowed: Sequence[str]
                      ) -> tuple[dict[str, tuple], int | None]:
     """The config's changes from the run's own, or the exit code when that no longer loads or a change is not
@@ -180,6 +188,12 @@ def _allowed_changes(saved_config: Path, cfg: FasyncConfig, allowed: Sequence[st
         _echo(f"fasync train: {saved_config}: the run's own config no longer loads")
         return {}, failed
     changes = config_changes(saved.model_dump(mode="json", by_alias=True), cfg.model_dump(mode="json", by_alias=True))
+    fixed = {key: change for key, change in changes.items() if key in FIXED_ON_RESUME}
+    if fixed:
+        listed = "; ".join(f"{key}: {old!r} -> {new!r} ({FIXED_ON_RESUME[key]})" for key, (old, new) in fixed.items())
+        _echo(f"fasync train: {saved_config.parent} cannot resume with {listed}. Nothing was started and the run "
+              "is as it was: resume with the run's value, or start a new run (--run-dir) from its config")
+        return changes, ExitCode.FAILED
     refused = {key: change for key, change in changes.items() if key not in allowed}
     if refused:
         listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())
@@ -286,6 +300,9 @@ class _Training:
         self.started = time.monotonic()
         self.run = None
         self.driver = None
+        self.resuming = False
+        """A resume: until the run has taken up its checkpoint (`run`), a failure leaves the run directory's
+        summary.json as it was."""
 
     def stop_after_rollout(self, signum: int) -> bool:
         """The first Ctrl-C or SIGTERM of a started run stops it at the end of the rollout (drain) in progress,
@@ -312,6 +329,7 @@ class _Training:
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})") as progress:
             found, state = resume if resume is not None else (None, None)
+            self.resuming = found is not None
             starting = Run(self.resolved, factory, self.directory, progress, engines=engines, resume=found,
                            resume_state=state)
             starting.start()
@@ -338,11 +356,15 @@ class _Training:
         a run that had not failed)."""
         ledger = self.driver.ledger if self.driver is not None else None
         summary = summarize(self.run, ledger, self.started, outcome, reason, self.resolved.config.mode)
-        try:
-            write_json_atomic(self.directory / "summary.json", summary)
-        except RunFileError as error:
-            _echo(f"fasync train: {error}")
-            code = code or ExitCode.FAILED
+        if self.resuming and self.run is None:
+            _echo(f"fasync train: the resume stopped before it took up the checkpoint; {self.directory}/summary.json "
+                  "is left as it was")
+        else:
+            try:
+                write_json_atomic(self.directory / "summary.json", summary)
+            except RunFileError as error:
+                _echo(f"fasync train: {error}")
+                code = code or ExitCode.FAILED
         run = self.run
         _print_summary(summary, self.directory, _ledger_text(ledger, outcome) if ledger is not None else None)
         if run is not None:
