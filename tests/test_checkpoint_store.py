@@ -86,6 +86,7 @@ def test_a_kill_while_a_checkpoint_replaces_one_of_its_step_leaves_a_complete_on
         complete(tmp_path, 2, keep=1)
     found = checkpoint.latest(tmp_path)
     assert found.step == 2 and found.path.name == ".replaced-step-00000002"
+    assert checkpoint.at_step(tmp_path, 2).path == found.path
     # The resumed run's next checkpoint of that step takes its place, and the copy aside goes.
     monkeypatch.undo()
     again = complete(tmp_path, 2, keep=1)

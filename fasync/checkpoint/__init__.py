@@ -153,9 +153,10 @@ def at_step(run_dir: Path, step: int | None) -> Checkpoint:
         if found is None:
             raise CheckpointError(f"{run_dir}: holds no checkpoint (the run stopped before its first one)")
         return found
-    path = root(run_dir) / name_for(step)
-    if not path.is_dir():
-        steps = ", ".join(str(_step_of(p)) for p in candidates(run_dir)) or "none"
+    found = candidates(run_dir)
+    path = next((p for p in found if _step_of(p) == step), None)
+    if path is None:
+        steps = ", ".join(str(_step_of(p)) for p in found) or "none"
         raise CheckpointError(f"{run_dir}: no checkpoint at step {step} (checkpoints at steps: {steps})")
     return validate(path)
 

@@ -174,9 +174,10 @@ def config_changes(saved: dict, now: dict) -> dict[str, tuple]:
 FIXED_ON_RESUME = {
     "mode": "the checkpoint's ledger, queue and groups in flight are its mode's",
     **{f"model.{key}": "the checkpoint's weights and optimizer state have the run's model's shapes"
-       for key in ("path", "n_layers", "d_model", "n_heads", "max_seq_len")},
+       for key in ("n_layers", "d_model", "n_heads", "max_seq_len")},
 }
-"""Config keys a resumed run keeps whatever --allow-config-change says, and why."""
+"""Config keys a resumed run keeps whatever --allow-config-change says, and why. (`model.path` may change: the same
+model moved elsewhere.)"""
 
 
 def _allowed_changes(saved_config: Path, cfg: FasyncConfig, allowed: Sequence[str]
