@@ -1,9 +1,11 @@
 """Kill points: named places in fasync's own code where a crash test SIGKILLs the run, as if its machine died.
 
 `FASYNC_KILL_AT=<point>:<n>` (for tests only) makes the n-th time a process reaches `kill_point(point)` send
-SIGKILL to its whole process group: the driver, the Ray cluster it started and every actor die at once, with no
-handler run. Start the run in a session of its own (`setsid`, `start_new_session=True`) so that the group is the
-run's. Each process counts its own passes (an engine counts its own generate calls). Without the variable a
+SIGKILL to the driver's whole process group: the driver, the local Ray cluster it started and every actor die at
+once, with no handler run. Start the run in a session of its own (`setsid`, `start_new_session=True`) so that the
+group is the run's. The driver notes its group in FASYNC_KILL_GROUP when this module is first imported, before Ray
+starts, so that the actors (which Ray starts in groups of their own, with the driver's environment) kill the same
+group. Each process counts its own passes (an engine counts its own generate calls). Without the variable a
 kill point costs one dictionary lookup. `scripts/kill_matrix.py` drives the matrix of points × passes × seeds
 (`make test-kill`); docs/training.md says what it guarantees.
 """
@@ -15,6 +17,10 @@ import signal
 from collections import Counter
 
 ENV = "FASYNC_KILL_AT"
+GROUP_ENV = "FASYNC_KILL_GROUP"
+
+if os.environ.get(ENV):
+    os.environ.setdefault(GROUP_ENV, str(os.getpgid(0)))
 
 POINTS = {
     "ray_start": "the driver, right after its Ray cluster started",
@@ -45,4 +51,4 @@ def kill_point(point: str) -> None:
         return
     _passes[point] += 1
     if _passes[point] == int(nth or 1):
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        os.killpg(int(os.environ.get(GROUP_ENV) or os.getpgid(0)), signal.SIGKILL)

@@ -112,7 +112,7 @@ def _config(case: Case, directory: Path) -> Path:
 
 def _fasync(args: list[str], kill: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """`fasync ARGS` in a session of its own (a kill takes its whole group, and only it)."""
-    env = {key: value for key, value in os.environ.items() if key != "FASYNC_KILL_AT"}
+    env = {key: value for key, value in os.environ.items() if key not in ("FASYNC_KILL_AT", "FASYNC_KILL_GROUP")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     if kill is not None:
         env["FASYNC_KILL_AT"] = kill

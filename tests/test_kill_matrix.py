@@ -56,12 +56,26 @@ def test_a_kill_point_kills_its_process_group_on_the_nth_pass(tmp_path):
               "for n in range(1, 5):\n    print(n, flush=True)\n    kill_point('rollout_end')\n"
               "    kill_point('journal_append')\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "FASYNC_KILL_AT": "rollout_end:3"}
+    env.pop("FASYNC_KILL_GROUP", None)
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                             start_new_session=True, timeout=60)
     assert result.returncode == -signal.SIGKILL and result.stdout.split() == ["1", "2", "3"]
     env.pop("FASYNC_KILL_AT")
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.split() == ["1", "2", "3", "4"]
+
+
+def test_a_kill_point_in_another_group_kills_the_drivers_group():
+    """Ray starts the actors in process groups of their own: a kill point there must take the driver's group."""
+    child = "from fasync.killpoints import kill_point\nkill_point('engine_generate')\n"
+    driver = ("import subprocess, sys, time\nimport fasync.killpoints\n"
+              f"subprocess.run([sys.executable, '-c', {child!r}], start_new_session=True)\n"
+              "time.sleep(30)\nprint('survived', flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FASYNC_KILL_AT": "engine_generate:1"}
+    env.pop("FASYNC_KILL_GROUP", None)
+    result = subprocess.run([sys.executable, "-c", driver], env=env, capture_output=True, text=True,
+                            start_new_session=True, timeout=60)
+    assert result.returncode == -signal.SIGKILL and "survived" not in result.stdout
 
 
 @pytest.mark.slow
