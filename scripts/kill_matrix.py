@@ -69,7 +69,7 @@ MODE_KILLS = {
     "sync": [],
     "async": [],
     "fully_async": ["prefetch:3", "prefetch:5", "rollouter_snapshot:1", "rollouter_snapshot:3",
-                    "engine_generate:40", "engine_generate:80"],
+                    "engine_generate:10", "engine_generate:20"],
 }
 CHAINS = [("checkpoint_saved:1", "ray_start:1"), ("checkpoint_saved:1", "checkpoint_saved:1")]
 """Kills of a resumed process: at its Ray start, and at its first checkpoint."""
