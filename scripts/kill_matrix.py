@@ -61,7 +61,7 @@ MODE_SECTIONS = {
 COMMON_KILLS = [
     "rollout_end:3", "rollout_end:5", "journal_append:3", "journal_append:8", "checkpoint_temp:1",
     "checkpoint_temp:3", "checkpoint_rename:1", "checkpoint_rename:4", "checkpoint_saved:2", "weight_sync:3",
-    "weight_sync:5", "engine_generate:4", "engine_generate:9", "engine_load:3", "engine_load:5", "trainer_step:6",
+    "weight_sync:5", "engine_generate:4", "engine_generate:9", "engine_load:4", "engine_load:6", "trainer_step:6",
     "trainer_step:9",
 ]
 """Kills every mode passes through, on passes chosen to land around and after the first checkpoint."""
