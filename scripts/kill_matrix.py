@@ -68,8 +68,8 @@ COMMON_KILLS = [
 MODE_KILLS = {
     "sync": [],
     "async": [],
-    "fully_async": ["prefetch:3", "prefetch:5", "rollouter_snapshot:1", "rollouter_snapshot:3",
-                    "engine_generate:10", "engine_generate:20"],
+    "fully_async": ["prefetch:3", "prefetch:5", "rollouter_snapshot:2", "rollouter_snapshot:3",
+                    "engine_generate:20", "engine_generate:30"],
 }
 CHAINS = [("checkpoint_saved:1", "ray_start:1"), ("checkpoint_saved:1", "checkpoint_saved:1")]
 """Kills of a resumed process: at its Ray start, and at its first checkpoint."""
