@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv venv-peer lint docs bench clean venv-vllm test-vllm bench-vllm
+.PHONY: demo test test-kill venv venv-peer lint docs bench clean venv-vllm test-vllm bench-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,6 +41,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The whole kill-point matrix (scripts/kill_matrix.py): every mode SIGKILLed at each of fasync's kill points, resumed
+# to its end, its ledger audited; `make test` runs a rotating sample of it (tests/test_kill_matrix.py).
+test-kill: $(STAMP)
+	$(BIN)/python scripts/kill_matrix.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check fasync tests bench

@@ -8,7 +8,10 @@ lists and validates checkpoints without it); `fasync.checkpoint.state` writes an
                        rank under FSDP2), and trainer/rank-R.pt with each rank's counters and RNGs
 
 A checkpoint is assembled in `checkpoints/.tmp-step-…` and renamed into place once meta.json is in it, so a
-crash mid-write leaves the previous checkpoints as they were; only the last `checkpoint.keep` are kept.
+crash mid-write leaves the previous checkpoints as they were; only the last `checkpoint.keep` are kept. A second
+checkpoint of the same step (a stop right after a periodic one) moves the first aside to `.replaced-step-…` before
+its own rename and deletes it after: a crash between the two renames leaves that complete copy, which counts as the
+step's checkpoint until a `step-…` directory of the same step exists again.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from fasync.atomic import RunFileError, describe_os_error, write_json_atomic
+from fasync.killpoints import kill_point
 
 FORMAT = 1
 FORMAT_KEY = "format"
@@ -29,8 +33,11 @@ DIRECTORY = "checkpoints"
 META = "meta.json"
 DRIVER = "driver.pt"
 TRAINER = "trainer"
+SHARDS = "*.distcp"
+"""The trainer's tensors, as torch.distributed.checkpoint writes them (one file per rank that holds any)."""
 _PREFIX = "step-"
 _TEMP = ".tmp-"
+_REPLACED = ".replaced-"
 
 
 class CheckpointError(RunFileError):
@@ -91,16 +98,20 @@ def name_for(step: int) -> str:
 
 
 def _step_of(path: Path) -> int | None:
-    digits = path.name.removeprefix(_PREFIX)
-    return int(digits) if path.name.startswith(_PREFIX) and digits.isdigit() else None
+    name = path.name.removeprefix(_REPLACED)
+    digits = name.removeprefix(_PREFIX)
+    return int(digits) if name.startswith(_PREFIX) and digits.isdigit() else None
 
 
 def candidates(run_dir: Path) -> list[Path]:
-    """Every step-N directory, oldest first (complete or not)."""
+    """Every step-N directory, oldest first (complete or not), and the copy a replacement moved aside for a step
+    that has no step-N directory (the replacing process died between its two renames)."""
     base = root(run_dir)
     if not base.is_dir():
         return []
-    return sorted((p for p in base.iterdir() if p.is_dir() and _step_of(p) is not None), key=_step_of)
+    found = {p.name: p for p in base.iterdir() if p.is_dir() and _step_of(p) is not None}
+    return sorted((p for name, p in found.items()
+                   if not name.startswith(_REPLACED) or name.removeprefix(_REPLACED) not in found), key=_step_of)
 
 
 def validate(path: Path) -> Checkpoint:
@@ -122,6 +133,9 @@ def validate(path: Path) -> Checkpoint:
     for part in (DRIVER, f"{TRAINER}/.metadata", f"{TRAINER}/rank-0.pt"):
         if not (path / part).is_file():
             raise CheckpointError(f"{where}: {part} is missing; delete the directory to use the one before")
+    if not any((path / TRAINER).glob(SHARDS)):
+        raise CheckpointError(f"{where}: the trainer's shards ({TRAINER}/{SHARDS}) are missing; delete the "
+                              "directory to use the one before")
     return Checkpoint(path, meta)
 
 
@@ -139,9 +153,10 @@ def at_step(run_dir: Path, step: int | None) -> Checkpoint:
         if found is None:
             raise CheckpointError(f"{run_dir}: holds no checkpoint (the run stopped before its first one)")
         return found
-    path = root(run_dir) / name_for(step)
-    if not path.is_dir():
-        steps = ", ".join(str(_step_of(p)) for p in candidates(run_dir)) or "none"
+    found = candidates(run_dir)
+    path = next((p for p in found if _step_of(p) == step), None)
+    if path is None:
+        steps = ", ".join(str(_step_of(p)) for p in found) or "none"
         raise CheckpointError(f"{run_dir}: no checkpoint at step {step} (checkpoints at steps: {steps})")
     return validate(path)
 
@@ -154,6 +169,9 @@ def begin(run_dir: Path, step: int) -> Path:
         base.mkdir(exist_ok=True)
         for stale in base.glob(f"{_TEMP}*"):
             shutil.rmtree(stale, ignore_errors=True)
+        for replaced in base.glob(f"{_REPLACED}*"):
+            if (base / replaced.name.removeprefix(_REPLACED)).is_dir():
+                shutil.rmtree(replaced, ignore_errors=True)
         (temp / TRAINER).mkdir(parents=True)
     except OSError as error:
         raise CheckpointError(f"cannot write a checkpoint: {describe_os_error(base, error)}") from error
@@ -161,14 +179,20 @@ def begin(run_dir: Path, step: int) -> Path:
 
 
 def commit(temp: Path, meta: CheckpointMeta, keep: int) -> Path:
-    """Write meta.json, rename `temp` into place, and keep only the newest `keep` checkpoints."""
+    """Write meta.json, rename `temp` into place, and keep only the newest `keep` checkpoints. A checkpoint of the
+    same step already there is renamed aside first, and deleted only once `temp` is in place: at every moment one
+    complete checkpoint of the step is on disk."""
     final = temp.with_name(temp.name.removeprefix(_TEMP))
+    replaced = final.with_name(_REPLACED + final.name)
     written = {FORMAT_KEY: FORMAT, CREATED_KEY: time.strftime("%Y-%m-%dT%H:%M:%S"), **meta.as_dict()}
     try:
         write_json_atomic(temp / META, written)
         if final.exists():  # a second checkpoint at the same step (a stop right after a periodic one)
-            shutil.rmtree(final)
+            shutil.rmtree(replaced, ignore_errors=True)
+            os.replace(final, replaced)
+        kill_point("checkpoint_rename")
         os.replace(temp, final)
+        shutil.rmtree(replaced, ignore_errors=True)
     except (OSError, RunFileError) as error:
         shutil.rmtree(temp, ignore_errors=True)
         detail = describe_os_error(temp, error) if isinstance(error, OSError) else str(error)

@@ -18,6 +18,7 @@ from fasync import checkpoint
 from fasync.atomic import describe_os_error
 from fasync.checkpoint import CheckpointMeta
 from fasync.config.schema import FasyncConfig
+from fasync.killpoints import kill_point
 from fasync.metrics.ledger import Event, Journal, Ledger
 from fasync.metrics.writer import MetricsWriter
 
@@ -133,6 +134,7 @@ class RunCheckpoints:
         except BaseException:
             checkpoint.abandon(temp)
             raise
+        kill_point("checkpoint_temp")
         num_rollouts = self.cfg.train.num_rollouts
         final = checkpoint.commit(temp, CheckpointMeta(
             step=standing.step, rollout=standing.rollout, weight_version=standing.version, reason=reason,
@@ -140,6 +142,7 @@ class RunCheckpoints:
             trainer_ranks=self.cfg.resources.trainer_ranks, stop_reason=standing.stop_reason or (
                 f"completed all {num_rollouts} rollouts" if reason == "finished" else reason),
         ), self.cfg.checkpoint.keep)
+        kill_point("checkpoint_saved")
         self._step = standing.step
         self.last = final.name
         return final

@@ -25,6 +25,7 @@ from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Severity
 from fasync.exit_codes import ExitCode
+from fasync.killpoints import kill_point
 from fasync.launch import rundir
 from fasync.launch.plan import Resolved, ResourcePlan, resolve
 from fasync.memory import ModelDims, derive_with_model
@@ -198,6 +199,15 @@ def config_changes(saved: dict, now: dict) -> dict[str, tuple]:
             if before.get(key) != after.get(key)}
 
 
+FIXED_ON_RESUME = {
+    "mode": "the checkpoint's ledger, queue and groups in flight are its mode's",
+    **{f"model.{key}": "the checkpoint's weights and optimizer state have the run's model's shapes"
+       for key in ("n_layers", "d_model", "n_heads", "max_seq_len")},
+}
+"""Config keys a resumed run keeps whatever --allow-config-change says, and why. (`model.path` may change: the same
+model moved elsewhere.)"""
+
+
 def _allowed_changes(saved_config: Path, cfg: FasyncConfig, allowed: Sequence[str]
                      ) -> tuple[dict[str, tuple], int | None]:
     """The config's changes from the run's own, or the exit code when that no longer loads or a change is not
@@ -207,6 +217,12 @@ def _allowed_changes(saved_config: Path, cfg: FasyncConfig, allowed: Sequence[st
         _echo(f"fasync train: {saved_config}: the run's own config no longer loads")
         return {}, failed
     changes = config_changes(saved.model_dump(mode="json", by_alias=True), cfg.model_dump(mode="json", by_alias=True))
+    fixed = {key: change for key, change in changes.items() if key in FIXED_ON_RESUME}
+    if fixed:
+        listed = "; ".join(f"{key}: {old!r} -> {new!r} ({FIXED_ON_RESUME[key]})" for key, (old, new) in fixed.items())
+        _echo(f"fasync train: {saved_config.parent} cannot resume with {listed}. Nothing was started and the run "
+              "is as it was: resume with the run's value, or start a new run (--run-dir) from its config")
+        return changes, ExitCode.FAILED
     refused = {key: change for key, change in changes.items() if key not in allowed}
     if refused:
         listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())
@@ -266,6 +282,7 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
     with ray_processes_in_their_own_session():
         ray.init(address="local", num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
                  include_dashboard=False, **common)
+    kill_point("ray_start")
 
 
 def train(resolved: Resolved, factory, directory: Path, engines: list | None = None, resume: tuple | None = None,
@@ -324,6 +341,9 @@ class _Training:
         self.started = time.monotonic()
         self.run = None
         self.driver = None
+        self.resuming = False
+        """A resume: until the run has taken up its checkpoint (`run`), a failure leaves the run directory's
+        summary.json as it was."""
 
     def stop_after_rollout(self, signum: int) -> bool:
         """The first Ctrl-C or SIGTERM of a started run stops it at the end of the rollout (drain) in progress,
@@ -351,6 +371,7 @@ class _Training:
         with Progress(cfg.train.num_rollouts, cfg.logging.progress, cfg.logging.log_every,
                       title=f"fasync train ({cfg.mode})", verbose=self.verbose) as progress:
             found, state = resume if resume is not None else (None, None)
+            self.resuming = found is not None
             starting = Run(self.resolved, factory, self.directory, progress, engines=engines, resume=found,
                            resume_state=state, eval_prompts=eval_prompts)
             starting.start()
@@ -377,11 +398,15 @@ class _Training:
         a run that had not failed)."""
         ledger = self.driver.ledger if self.driver is not None else None
         summary = summarize(self.run, ledger, self.started, outcome, reason, self.resolved.config.mode)
-        try:
-            write_json_atomic(self.directory / "summary.json", summary)
-        except RunFileError as error:
-            _echo(f"fasync train: {error}")
-            code = code or ExitCode.FAILED
+        if self.resuming and self.run is None:
+            _echo(f"fasync train: the resume stopped before it took up the checkpoint; {self.directory}/summary.json "
+                  "is left as it was")
+        else:
+            try:
+                write_json_atomic(self.directory / "summary.json", summary)
+            except RunFileError as error:
+                _echo(f"fasync train: {error}")
+                code = code or ExitCode.FAILED
         run = self.run
         _print_summary(summary, self.directory, _ledger_text(ledger, outcome) if ledger is not None else None)
         if run is not None:

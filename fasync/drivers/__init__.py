@@ -32,8 +32,9 @@ class Driver(Protocol):
         `train.target_reward` or a requested stop, writing each step's record as it goes and a checkpoint at
         the end, then end the mode's parts, whatever way the loop ended."""
 
-    def checkpoint_state(self) -> ModeCheckpoint:
-        """The ledger and the mode's state for a checkpoint, once nothing of the mode is in motion."""
+    def checkpoint_state(self, last: bool = False) -> ModeCheckpoint:
+        """The ledger and the mode's state for a checkpoint, once nothing of the mode is in motion; after the
+        `last` one (the loop's end) the mode generates nothing new."""
 
 
 DRIVERS: dict[str, type[Driver]] = {driver.mode: driver for driver in (SyncDriver, AsyncDriver, FullyAsyncDriver)}

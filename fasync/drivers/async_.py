@@ -82,7 +82,7 @@ class AsyncDriver(DriverLoop):
             self.pending.append((self.next_rollout, self.generator.submit(self.rollouts.next_batch)))
             self.next_rollout += 1
 
-    def checkpoint_state(self) -> ModeCheckpoint:
+    def checkpoint_state(self, last: bool = False) -> ModeCheckpoint:
         """The rollouts generated ahead of training, once every one submitted has finished generating."""
         generated = [(rollout, future.result()) for rollout, future in self.pending]
         return ModeCheckpoint(self.ledger, {"generated": generated})

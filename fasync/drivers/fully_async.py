@@ -25,6 +25,7 @@ from fasync.drivers.generation import RolloutBatch
 from fasync.drivers.loop import DriverLoop, Stopwatch
 from fasync.drivers.weight_sync import PendingSync
 from fasync.errors import ActorFailed, ConfigurationError, RunFault, describe_failure
+from fasync.killpoints import kill_point
 from fasync.launch.actors import RolloutActor
 from fasync.launch.faults import POLL_S
 from fasync.metrics.ledger import Ledger
@@ -102,6 +103,7 @@ class FullyAsyncDriver(DriverLoop):
         if len(groups) < count:
             raise RolloutStopped("the rollouter stopped before the run was finished")
         self.prefetched = self.rollouter.take.remote(count, staleness.train_version(drain + 1, self.interval))
+        kill_point("prefetch")
         return RolloutBatch(groups, generate_time_s=0.0, rounds=None), state
 
     def sync(self) -> None:
@@ -118,12 +120,13 @@ class FullyAsyncDriver(DriverLoop):
             self.run.weights.finish(pending, self._wait(pending.call, f"the weight sync to version {pending.version}"))
             self.pending_sync = None
 
-    def checkpoint_state(self) -> ModeCheckpoint:
+    def checkpoint_state(self, last: bool = False) -> ModeCheckpoint:
         """The rollouter's snapshot, once the weight sync in progress and the trained reports are done (so that
-        the engines hold the trainer's version and the ledger counts every drain trained)."""
+        the engines hold the trainer's version and the ledger counts every drain trained). The `last` one leaves
+        generation paused: nothing is drawn after the cursor the run's last checkpoint records."""
         self.finish_sync()
         self._wait_for_reports()
-        snapshot = unpack(self._wait(self.rollouter.snapshot.remote(), "the rollouter's snapshot"))
+        snapshot = unpack(self._wait(self.rollouter.snapshot.remote(last), "the rollouter's snapshot"))
         self.ledger = Ledger.from_dict(snapshot["ledger"])
         return ModeCheckpoint(self.ledger, {"rollouter": snapshot}, journal=snapshot.pop("journal"),
                               engine_rngs=snapshot["engine_rngs"], draws=snapshot["factory"]["draws"])

@@ -9,6 +9,7 @@ from typing import ClassVar
 from fasync.checkpoint.run import ModeCheckpoint
 from fasync.drivers.common import Run
 from fasync.drivers.generation import RolloutBatch
+from fasync.killpoints import kill_point
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.samples import sample_rows
 
@@ -70,7 +71,8 @@ class DriverLoop:
     def cleanup(self) -> None:
         """End the mode's own parts, after the loop finished or failed."""
 
-    def checkpoint_state(self) -> ModeCheckpoint:
+    def checkpoint_state(self, last: bool = False) -> ModeCheckpoint:
+        """`last`: the checkpoint at the end of the loop, after which the mode generates nothing new."""
         return ModeCheckpoint(self.ledger)
 
     def end_rollout(self, records: list[dict], weight_sync_time_s: float, batch: RolloutBatch) -> bool:
@@ -90,10 +92,11 @@ class DriverLoop:
             if run.progress.verbose:
                 for latest in sample_rows(batch.groups, 1, run.step - 1, last["rollout"], last["weight_version"]):
                     run.progress.sample(latest)
+        kill_point("rollout_end")
         if run.checkpoints.due(run.step):
             run.save_checkpoint("every", self.checkpoint_state())
         return run.should_stop()
 
     def save_last_checkpoint(self) -> None:
         """The checkpoint at the end of the loop: "finished", or the outcome of the stop that ended it."""
-        self.run.save_checkpoint(self.run.stop_requested or "finished", self.checkpoint_state())
+        self.run.save_checkpoint(self.run.stop_requested or "finished", self.checkpoint_state(last=True))

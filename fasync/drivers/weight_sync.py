@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import ray
 
 from fasync.errors import WeightSyncMismatch
+from fasync.killpoints import kill_point
 from fasync.launch.actors import push_weights
 from fasync.launch.plan import ResourcePlan
 from fasync.staleness import VersionClock
@@ -112,6 +113,7 @@ class WeightSync:
 
     def next_version(self, steps_taken: int) -> int:
         """The trainer's weights become the next version, published after `steps_taken` optimizer steps."""
+        kill_point("weight_sync")
         self.version += 1
         self.clock.publish(self.version, steps_taken)
         return self.version

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from fasync.atomic import JsonlAppender
+from fasync.killpoints import kill_point
 
 DropReason = Literal["zero_variance", "surplus", "unfinished_at_stop", "stale", "stale_at_resume", "trimmed"]
 
@@ -70,7 +71,9 @@ class Journal(JsonlAppender):
         super().__init__(Path(run_dir) / JOURNAL)
 
     def write(self, entries: list[dict]) -> None:
-        for entry in entries:
+        for index, entry in enumerate(entries):
+            if index:
+                kill_point("journal_append")
             self.append(entry)
 
     def mark(self, event: str, **fields) -> None:

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from fasync.killpoints import kill_point
 from fasync.rollout.types import FinishReason, Generation, SamplingParams
 from fasync.weights.checksum import probed_names, weights_checksum
 
@@ -111,6 +112,7 @@ class RolloutEngine(ABC):
                 continuations = self._continue(
                     [requests[i].prompt_ids + requests[i].output_ids for i in todo], budgets, params, interrupted
                 )
+                kill_point("engine_generate")
                 for i, new, budget, remaining in zip(todo, continuations, budgets, left):
                     req = requests[i]
                     reason = new.finish_reason
@@ -142,6 +144,7 @@ class RolloutEngine(ABC):
         version the engine now serves."""
         with self._busy:
             self._load_state_dict(state_dict)
+            kill_point("engine_load")
             self._version = version
             self._probed = probed_names(state_dict)
 

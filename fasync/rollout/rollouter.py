@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from fasync import staleness
 from fasync.errors import ActorFailed, NothingToTrain, actor_id, describe_failure
+from fasync.killpoints import kill_point
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed
@@ -425,15 +426,19 @@ class Rollouter:
         await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
         await self.queue.shutdown()
 
-    async def snapshot(self) -> bytes:
+    async def snapshot(self, last: bool = False) -> bytes:
         """Everything a checkpoint needs from the rollouter, `pack`ed, taken between engine calls: the groups in
         flight (tokens so far, per-token versions) and waiting, the data cursor, the ledger and its journal
         entries not yet taken, the counters and every engine's RNG. Generation is paused meanwhile; calls in
         flight are aborted, and what they generated so far is kept: the weights do not change, so the
-        groups go on from their prefix under the same version."""
+        groups go on from their prefix under the same version.
+
+        The `last` snapshot of a run leaves generation paused until `stop`: the data cursor it records is the
+        run's last, and a group admitted after it would be a draw beyond that cursor (the audit's check)."""
         self._running.clear()
         await asyncio.gather(*(engine.abort.remote() for engine in self.engines))
         await self._until_idle()
+        kill_point("rollouter_snapshot")
         engine_rngs = await asyncio.gather(*(engine.rng_state.remote() for engine in self.engines))
         snapshot = {
             "in_flight": list(self.in_flight.values()),
@@ -447,7 +452,7 @@ class Rollouter:
                          "groups_dropped": self.groups_dropped, "pause_s": self.pause_s, "busy_s": self.busy_s,
                          "resumed_groups": self.resumed_groups},
         }
-        if not self._stopping:
+        if not self._stopping and not last:
             self._running.set()
             self._changed.set()
         return pack(snapshot)

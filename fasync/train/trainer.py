@@ -27,6 +27,7 @@ from collections import defaultdict
 import torch
 from torch import Tensor
 
+from fasync.killpoints import kill_point
 from fasync.model import build_model, build_tokenizer
 from fasync.model.policy import DTYPES
 from fasync.rollout.types import Sample
@@ -128,6 +129,7 @@ class Trainer:
         return self._scores(batch, model)[0]
 
     def _step(self, step_samples: list[Sample], batches: list[MicroBatch], current_version: int) -> dict:
+        kill_point("trainer_step")
         start = time.monotonic()
         tokens = sum(b.num_tokens for b in batches)
         step_tokens, step_sequences = (int(v) for v in distributed.sum_scalars(

@@ -17,6 +17,7 @@ def complete(run_dir, step: int, keep: int = 2):
     (temp / checkpoint.DRIVER).write_bytes(b"driver")
     (temp / checkpoint.TRAINER / ".metadata").write_bytes(b"m")
     (temp / checkpoint.TRAINER / "rank-0.pt").write_bytes(b"r")
+    (temp / checkpoint.TRAINER / "__0_0.distcp").write_bytes(b"s")
     return checkpoint.commit(temp, checkpoint.CheckpointMeta(step=step, rollout=step, weight_version=step), keep)
 
 
@@ -56,6 +57,7 @@ def test_a_write_that_died_midway_is_ignored_and_cleared_by_the_next(tmp_path):
     (lambda cp: (cp / "meta.json").write_text(json.dumps({"format": 99, "step": 2})), "format 1"),
     (lambda cp: (cp / "driver.pt").unlink(), "driver.pt is missing"),
     (lambda cp: (cp / "trainer" / ".metadata").unlink(), "trainer/.metadata is missing"),
+    (lambda cp: (cp / "trainer" / "__0_0.distcp").unlink(), "the trainer's shards (trainer/*.distcp) are missing"),
 ])
 def test_a_broken_newest_checkpoint_is_named_never_skipped(tmp_path, damage, expected):
     complete(tmp_path, 2, keep=3)
@@ -64,3 +66,36 @@ def test_a_broken_newest_checkpoint_is_named_never_skipped(tmp_path, damage, exp
     with pytest.raises(checkpoint.CheckpointError) as raised:
         checkpoint.latest(tmp_path)
     assert expected in str(raised.value) and newest.name in str(raised.value) and "\n" not in str(raised.value)
+
+
+class Killed(BaseException):
+    """The process died at a kill point (what `fasync.killpoints` does with SIGKILL)."""
+
+
+def test_a_kill_while_a_checkpoint_replaces_one_of_its_step_leaves_a_complete_one(tmp_path, monkeypatch):
+    """Issue 32 §5.3: a stop's checkpoint replacing the periodic one of the same step, with `checkpoint.keep: 1`,
+    killed between removing the old directory and renaming the new one into place, left no complete checkpoint."""
+    complete(tmp_path, 2, keep=1)
+
+    def die(point):
+        if point == "checkpoint_rename":
+            raise Killed
+
+    monkeypatch.setattr(checkpoint, "kill_point", die)
+    with pytest.raises(Killed):
+        complete(tmp_path, 2, keep=1)
+    found = checkpoint.latest(tmp_path)
+    assert found.step == 2 and found.path.name == ".replaced-step-00000002"
+    assert checkpoint.at_step(tmp_path, 2).path == found.path
+    # The resumed run's next checkpoint of that step takes its place, and the copy aside goes.
+    monkeypatch.undo()
+    again = complete(tmp_path, 2, keep=1)
+    assert [p.name for p in checkpoint.candidates(tmp_path)] == [again.name]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000002"]
+
+
+def test_a_copy_aside_is_ignored_once_its_step_is_in_place(tmp_path):
+    complete(tmp_path, 2, keep=1)
+    complete(tmp_path, 2, keep=1)
+    assert [p.name for p in checkpoint.candidates(tmp_path)] == ["step-00000002"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000002"]

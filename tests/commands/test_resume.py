@@ -164,12 +164,15 @@ def broken_copy(run: Path, tmp_path: Path) -> Path:
 def test_a_partial_or_corrupt_checkpoint_is_one_clear_line(finished_run, tmp_path, damage, expected):
     out = broken_copy(finished_run, tmp_path)
     newest = sorted((out / "checkpoints").glob("step-*"))[-1]
+    summary = (out / "summary.json").read_text()
     damage(newest)
     result = fasync("train", "--resume", str(out), "train.num_rollouts=6",
                     "--allow-config-change", "train.num_rollouts")
     assert result.returncode == 1, result.stdout + result.stderr
     assert expected in result.stdout and newest.name in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+    # Issue 32 §5.4: the finished run's summary is not replaced by the failed resume's.
+    assert (out / "summary.json").read_text() == summary
 
 
 class Payload:
@@ -224,6 +227,27 @@ def test_a_changed_config_names_the_keys_and_is_refused_unless_allowed(finished_
     assert "--allow-config-change rollout.temperature,train.lr" in refused.stdout
     finished = fasync("train", "--resume", str(out))
     assert finished.returncode == 0 and "already finished" in finished.stdout
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize(("change", "why"), [
+    ("model.d_model=128", "model.d_model: 64 -> 128 (the checkpoint's weights and optimizer state have the run's "
+                          "model's shapes)"),
+    ("mode=fully_async", "mode: 'sync' -> 'fully_async' (the checkpoint's ledger, queue and groups in flight are its "
+                         "mode's)"),
+])
+def test_a_resume_that_would_change_the_model_or_the_mode_is_refused_and_keeps_the_run(finished_run, tmp_path,
+                                                                                        change, why):
+    """Issue 32 §5.4 and §5.14: allowed or not, a changed model cannot take up the checkpoint's weights (the resume
+    failed and advised deleting the healthy checkpoint), and a changed mode broke the ledger."""
+    out = broken_copy(finished_run, tmp_path)
+    before = {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()}
+    key = change.split("=")[0]
+    result = fasync("train", "--resume", str(out), change, "--allow-config-change", key)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"cannot resume with {why}" in result.stdout
+    assert "delete" not in result.stdout and "Traceback" not in result.stdout + result.stderr
+    assert {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()} == before
 
 
 def test_the_ledger_audit_fails_on_a_group_trained_twice(tmp_path):

@@ -384,3 +384,39 @@ def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_th
     assert result.ok, result.report()
     assert result.states["trained"] == 5 * cfg.rollout.batch_size
     assert second.ledger.balanced
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("last", [False, True])
+def test_after_the_last_snapshot_no_prompt_is_drawn_beyond_its_cursor(streaming, last):
+    """Issue 32: a prefetched drain after the run's last checkpoint made room in the queue, and the engines drew
+    new prompts beyond the cursor that checkpoint (the journal's end mark) recorded. A periodic snapshot lets
+    generation go on; the last one keeps it paused until the stop."""
+    cfg, engine, rollouter = rollouter_for(partial=True, tokens_per_call=2, streaming=streaming, max_queue_size=8)
+    if not streaming:
+        engine = CheckpointedEngine()
+        rollouter.engines = [engine]
+
+    async def body():
+        running = asyncio.create_task(rollouter.run())
+        groups, _ = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=0))
+        rollouter.report_trained([g.group_id for g in groups], len(groups) * N, len(groups) * N)
+        snapshot = unpack(await rollouter.snapshot(last))
+        rollouter.take_journal()
+        # The next drain's prefetched take (which may wait for groups until the stop closes the queue), then time
+        # for the engines to fill the room it made.
+        prefetched = asyncio.create_task(rollouter.take(cfg.rollout.batch_size, train_version=0))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        await rollouter.stop()
+        await running
+        await prefetched
+        return snapshot["factory"]["draws"]
+
+    cursor = asyncio.run(body())
+    drawn_after = [int(group.split(".")[0]) for entry in rollouter.take_journal() if entry["event"] == "produced"
+                   for group in entry["ids"]]
+    if last:
+        assert drawn_after == []
+    else:
+        assert drawn_after and min(drawn_after) >= cursor

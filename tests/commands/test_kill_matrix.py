@@ -1,0 +1,96 @@
+"""The kill-point matrix (issue 32, scripts/kill_matrix.py): `make test-kill` runs every case; here, a rotating
+sample of 2 cases per mode (each case is a run, a kill and one or more resumes: about a minute on a quiet
+two-core machine, so this keeps CI within its time), chosen by a seed taken from FASYNC_KILL_SEED or else the day
+(printed, so that a red build names the cases to run again: `python scripts/kill_matrix.py --sample 2 --seed
+SEED`). The kill points
+themselves (fasync/killpoints.py) are checked without a run."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from paths import REPO
+
+PER_MODE = 2
+
+
+def matrix():
+    spec = importlib.util.spec_from_file_location("kill_matrix", REPO / "scripts" / "kill_matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def rotation_seed() -> int:
+    return int(os.environ.get("FASYNC_KILL_SEED") or datetime.date.today().toordinal())
+
+
+def test_every_mode_has_at_least_20_kill_cases_at_points_the_code_defines():
+    from fasync.killpoints import POINTS
+
+    km = matrix()
+    for mode in km.MODE_SECTIONS:
+        found = km.cases((mode,))
+        assert len(found) >= 20, mode
+        assert {kill.split(":")[0] for case in found for kill in case.kills} <= set(POINTS)
+    assert len(km.sample(("sync",), PER_MODE, 3)) == PER_MODE
+    assert km.sample(("sync",), PER_MODE, 3) == km.sample(("sync",), PER_MODE, 3)
+
+
+def test_every_kill_point_is_reached_in_the_code():
+    """Each named point has its hook: a point no code passes would make its cases silently "not reached"."""
+    from fasync.killpoints import POINTS
+
+    source = "\n".join(path.read_text() for path in (REPO / "fasync").rglob("*.py"))
+    assert all(f'kill_point("{point}")' in source for point in POINTS)
+
+
+def test_a_kill_point_kills_its_process_group_on_the_nth_pass(tmp_path):
+    script = ("from fasync.killpoints import kill_point\n"
+              "for n in range(1, 5):\n    print(n, flush=True)\n    kill_point('rollout_end')\n"
+              "    kill_point('journal_append')\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FASYNC_KILL_AT": "rollout_end:3"}
+    env.pop("FASYNC_KILL_GROUP", None)
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                            start_new_session=True, timeout=60)
+    assert result.returncode == -signal.SIGKILL and result.stdout.split() == ["1", "2", "3"]
+    env.pop("FASYNC_KILL_AT")
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.split() == ["1", "2", "3", "4"]
+
+
+def test_a_kill_point_in_another_group_kills_the_drivers_group():
+    """Ray starts the actors in process groups of their own: a kill point there must take the driver's group."""
+    child = "from fasync.killpoints import kill_point\nkill_point('engine_generate')\n"
+    driver = ("import subprocess, sys, time\nimport fasync.killpoints\n"
+              f"subprocess.run([sys.executable, '-c', {child!r}], start_new_session=True)\n"
+              "time.sleep(30)\nprint('survived', flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FASYNC_KILL_AT": "engine_generate:1"}
+    env.pop("FASYNC_KILL_GROUP", None)
+    result = subprocess.run([sys.executable, "-c", driver], env=env, capture_output=True, text=True,
+                            start_new_session=True, timeout=60)
+    assert result.returncode == -signal.SIGKILL and "survived" not in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("mode", ["sync", "async", "fully_async"])
+def test_a_rotating_sample_of_kills_resumes_with_an_exact_ledger(tmp_path, mode):
+    km = matrix()
+    seed = rotation_seed()
+    print(f"kill matrix sample: seed {seed} (FASYNC_KILL_SEED={seed} repeats it)")
+    failed = []
+    for case in km.sample((mode,), PER_MODE, seed):
+        result = km.run_case(case, tmp_path)
+        print(f"  {case.name}: {result.verdict.splitlines()[0]} ({result.seconds:.0f} s)")
+        if not result.held:
+            failed.append(f"{case.name}: {result.verdict}")
+    assert not failed, f"seed {seed}:\n" + "\n".join(failed)
