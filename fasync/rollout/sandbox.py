@@ -27,6 +27,8 @@ from fasync.rollout.tools import ToolError
 
 _FORBIDDEN_EXIT = 86
 """The exit status of a run the audit hook stopped."""
+REAP_S = 10.0
+"""The longest the sandbox waits for a killed run's pipe to close (`_reap`)."""
 
 _RUNNER = f"""
 import sys
@@ -93,9 +95,7 @@ class PythonSandbox:
             status = await process.wait()
         finally:
             if process is not None:
-                _kill_session(process)
-                if process.returncode is None:
-                    await process.wait()
+                await _reap(process)
             shutil.rmtree(workdir, ignore_errors=True)
         text = output.decode(errors="replace")
         if status == _FORBIDDEN_EXIT:
@@ -113,6 +113,26 @@ class PythonSandbox:
                 raise ToolError("output_limit", f"the code printed more than {self.max_output_bytes:,} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+async def _reap(process) -> None:
+    """Kill the session and wait for the process. What is left in the pipe is read and dropped first: a reader
+    that stopped at the output limit leaves asyncio's pipe transport paused on a full buffer, and `wait()` returns
+    only once the pipe is closed, so waiting alone could hang. Bounded by `REAP_S`, in case something outside the
+    session still holds the pipe (the killed process is then reaped by asyncio's child watcher)."""
+    _kill_session(process)
+    if process.returncode is not None:
+        return
+
+    async def drain_and_wait() -> None:
+        while await process.stdout.read(65_536):
+            pass
+        await process.wait()
+
+    try:
+        await asyncio.wait_for(drain_and_wait(), REAP_S)
+    except asyncio.TimeoutError:
+        pass
 
 
 def _kill_session(process) -> None:
