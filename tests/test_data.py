@@ -41,9 +41,9 @@ def test_builtin_dataset_is_seeded_and_sampled_with_replacement():
     cfg = DataConfig(task="reverse", length=4, num_prompts=10, seed=7)
     first, second = build_dataset(cfg), build_dataset(cfg)
     assert len(first) == 10 and first.problems == second.problems
-    draw = first.sample_indices(50, random.Random(0))
+    draw = first.draw(0, 50, random.Random(0))
     assert len(draw) == 50 and set(draw) <= set(range(10))
-    assert draw == second.sample_indices(50, random.Random(0))
+    assert draw == second.draw(0, 50, random.Random(0))
     assert build_dataset(cfg.model_copy(update={"seed": 8})).problems != first.problems
 
 
@@ -136,7 +136,7 @@ def test_boxed_math(completion, label, reward):
 
 
 def test_builtin_rewards_by_name():
-    assert build_reward(RewardConfig(function="partial_match")) is partial_match
+    assert build_reward(RewardConfig(function="partial_match")).function is partial_match
     with pytest.raises(ConfigurationError, match="unknown reward 'exact'; use one of exact_match"):
         build_reward(RewardConfig(function="exact"))
 
@@ -156,8 +156,10 @@ def reward_module(tmp_path, monkeypatch):
 
 
 def test_custom_reward_imports(reward_module):
+    from fasync.data.rewards import RewardInput
+
     reward = build_reward(RewardConfig(function="my_rewards:length_bonus"))
-    assert reward("abcde", "") == 0.5
+    assert reward(RewardInput("abcde", Problem("p", ""))) == 0.5
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -362,11 +364,11 @@ def test_a_reward_that_fails_is_one_error_naming_the_function_and_the_prompt(fai
 
 
 def test_a_stop_signal_during_the_reward_still_stops_the_run():
-    from fasync.data.rewards import score
+    from fasync.data.rewards import Reward, RewardInput, score
     from fasync.launch.signals import Stop
 
     def stopped(completion, label):
         raise Stop(2)  # what the driver's SIGINT handler raises wherever the run is
 
     with pytest.raises(Stop):
-        score(stopped, "m:stopped", "12", "21", "prompt 0")
+        score(Reward.of(stopped, "m:stopped"), "m:stopped", RewardInput("12", Problem("p", "21")), "prompt 0")

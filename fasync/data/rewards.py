@@ -1,27 +1,38 @@
-"""Verifiable rewards: `(completion, label) -> float`.
+"""Verifiable rewards: functions of the fields they name, e.g. `(completion, label) -> float`.
 
 Built-ins are module-level functions, and custom ones are imported by name, so
-a reward pickles by reference into whichever Ray actor scores the samples.
+a reward pickles by reference into whichever Ray actor scores the samples. A function
+takes the `REWARD_FIELDS` it names (verl's `compute_score(data_source, solution_str,
+ground_truth, extra_info)` among them), or `(completion, label)` positionally; it may be
+`async def`. `RewardRunner` calls it for many completions at once, in worker threads, each
+within `reward.timeout_s`; `fasync.data.remote` posts them to `reward.url` instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
+import logging
 import math
 import numbers
 import os
 import re
 import sys
+import threading
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 from fasync.config.schema import RewardConfig
+from fasync.data.tasks import Problem
 from fasync.errors import ConfigurationError
 
-RewardFn = Callable[[str, str], float]
+RewardFn = Callable[..., float]
 
 
 def exact_match(completion: str, label: str) -> float:
@@ -100,11 +111,105 @@ def boxed_math(completion: str, label: str) -> float:
     return float(answer == reference)
 
 
+GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+"""GSM8K's answer line: `#### 14` ends the solution."""
+
+
+def math_verify(completion: str, label: str) -> float:
+    """1 when the completion's final answer equals the label's by math-verify (a maintained verifier): the last
+    `\\boxed{}`, GSM8K's `#### answer`, or the answer stated in the text; numbers, fractions and LaTeX compare
+    by value (`\\frac{1}{2}` is `0.5`, `1,000` is `1000`)."""
+    from math_verify import parse, verify
+
+    # Its own timeouts use SIGALRM, which only the main thread may set; elsewhere `reward.timeout_s` bounds it.
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every call made without a timeout
+
+    def answer(text: str):
+        gsm8k = GSM8K_ANSWER.search(text)
+        return parse(gsm8k.group(1) if gsm8k and last_boxed(text) is None else text, parsing_timeout=timeout)
+
+    gold, given = answer(label), answer(completion)
+    return float(bool(gold) and bool(given) and verify(gold, given, timeout_seconds=timeout))
+
+
 BUILTIN_REWARDS: dict[str, RewardFn] = {
     "exact_match": exact_match,
     "partial_match": partial_match,
     "boxed_math": boxed_math,
+    "math_verify": math_verify,
 }
+
+
+@dataclass(frozen=True)
+class RewardInput:
+    """One completion to score, and what a reward function may ask about it."""
+
+    completion: str
+    problem: Problem
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+    def field(self, name: str):
+        """The value of the `REWARD_FIELDS` entry `name`."""
+        record = self.problem.record
+        ground_truth = self.problem.label if self.problem.ground_truth is None else self.problem.ground_truth
+        return {
+            "completion": lambda: self.completion,
+            "solution_str": lambda: self.completion,
+            "label": lambda: self.problem.label,
+            "ground_truth": lambda: ground_truth,
+            "prompt": lambda: self.problem.prompt,
+            "data_source": lambda: record.get("data_source", ""),
+            "extra_info": lambda: record.get("extra_info"),
+            "record": lambda: record,
+            "completion_tokens": lambda: self.completion_tokens,
+            "finish_reason": lambda: self.finish_reason,
+        }[name]()
+
+
+REWARD_FIELDS = ("completion", "solution_str", "label", "ground_truth", "prompt", "data_source", "extra_info",
+                 "record", "completion_tokens", "finish_reason")
+"""What a reward function may name: the completion (verl: `solution_str`), the label as text or as the record
+holds it (`ground_truth`), the prompt, the record's `data_source` and `extra_info`, the whole record, and the
+completion's token count and finish reason (`stop` or `length`, for overlong shaping)."""
+
+
+@dataclass(frozen=True)
+class Reward:
+    """A reward function and how to call it: with the fields it names, or `(completion, label)` by position."""
+
+    function: RewardFn
+    name: str
+    fields: tuple[str, ...] | None
+    """The `REWARD_FIELDS` it takes by name; None: `(completion, label)` by position."""
+
+    def __call__(self, item: RewardInput):
+        if self.fields is None:
+            value = self.function(item.completion, item.problem.label)
+        else:
+            value = self.function(**{name: item.field(name) for name in self.fields})
+        return asyncio.run(value) if inspect.isawaitable(value) else value
+
+    @classmethod
+    def of(cls, function: RewardFn, name: str) -> Reward:
+        """How to call `function`: by the fields its parameters name when every one is a `REWARD_FIELDS` entry,
+        else `(completion, label)` when it takes two arguments; else a ConfigurationError saying what it takes."""
+        try:
+            parameters = inspect.signature(function).parameters.values()
+        except (TypeError, ValueError):
+            return cls(function, name, None)  # no introspectable signature (some builtins): trust the call
+        named = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        names = {p.name for p in named}
+        if names - {"completion", "label"} and names <= set(REWARD_FIELDS):
+            return cls(function, name, tuple(p.name for p in named))
+        try:
+            inspect.signature(function).bind("completion", "label")
+        except TypeError as exc:
+            raise ConfigurationError(
+                f"reward.function: {name} must accept (completion, label) ({exc}), or name the fields it takes "
+                f"among {', '.join(REWARD_FIELDS)}") from None
+        return cls(function, name, None)
 
 
 def extend_import_path(config_dir: str | Path) -> None:
@@ -121,8 +226,8 @@ def extend_import_path(config_dir: str | Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in entries if entry)
 
 
-def import_reward(spec: str) -> RewardFn:
-    """The function named by `module:function`, checked to take (completion, label)."""
+def import_reward(spec: str) -> Reward:
+    """The function named by `module:function`, and how to call it."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"reward.function: {spec!r} is not of the form module:function")
@@ -138,15 +243,7 @@ def import_reward(spec: str) -> RewardFn:
         raise ConfigurationError(f"reward.function: module {module_name!r} has no attribute {attribute!r}")
     if not callable(function):
         raise ConfigurationError(f"reward.function: {spec} is a {type(function).__name__}, not a function")
-    try:
-        inspect.signature(function).bind("completion", "label")
-    except TypeError as exc:
-        raise ConfigurationError(
-            f"reward.function: {spec} must accept (completion, label) ({exc})"
-        ) from exc
-    except ValueError:
-        pass  # no introspectable signature (some builtins): trust the call
-    return function
+    return Reward.of(function, spec)
 
 
 MAX_REWARD = 1e30
@@ -155,14 +252,14 @@ the advantages are summed over a batch's tokens in float32 (whose largest number
 for both. A larger value (1e308 overflowed the group mean) is a bug in the reward, not a scale."""
 
 
-def score(reward_fn: RewardFn, name: str, completion: str, label: str, where: str) -> float:
-    """`reward_fn(completion, label)`, which must be a finite int or float of at most `MAX_REWARD` in
-    magnitude; an exception it raises, or any other value, is a ConfigurationError naming the function, the
-    prompt (`where`) and the completion. A NaN or an infinity would train a NaN step and push NaN weights to
-    the engines, and text would be silently converted."""
-    about = f"for {where}, completion {completion[:40]!r}"
+def score(reward: Callable[[RewardInput], object], name: str, item: RewardInput, where: str) -> float:
+    """`reward(item)`, which must be a finite int or float of at most `MAX_REWARD` in magnitude; an exception
+    it raises, or any other value, is a ConfigurationError naming the function, the prompt (`where`) and the
+    completion. A NaN or an infinity would train a NaN step and push NaN weights to the engines, and text would
+    be silently converted."""
+    about = f"for {where}, completion {item.completion[:40]!r}"
     try:
-        value = reward_fn(completion, label)
+        value = reward(item)
     except Exception as error:
         raise ConfigurationError(f"reward.function: {name} raised {_raised(error)} {about}; a reward must return "
                                  "a number for every completion (catch what it cannot score and return 0.0)") from error
@@ -172,6 +269,12 @@ def score(reward_fn: RewardFn, name: str, completion: str, label: str, where: st
         raise ConfigurationError(f"reward.function: {name} raised {_raised(error)} {about}; a reward must return "
                                  "a number, not stop the run (fasync's own Ctrl-C handling raises no bare "
                                  "KeyboardInterrupt)") from error
+    return checked_value(value, name, about)
+
+
+def checked_value(value, name: str, about: str) -> float:
+    """`value` as a float when it is a finite real number of at most `MAX_REWARD` in magnitude, else a
+    ConfigurationError naming the reward (`name`) and what it scored (`about`)."""
     finite = isinstance(value, numbers.Real) and math.isfinite(value)
     if finite and abs(value) <= MAX_REWARD:
         return float(value)
@@ -189,11 +292,81 @@ def _raised(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}{where}" if str(error) else f"{type(error).__name__}{where}"
 
 
-def build_reward(reward_cfg: RewardConfig) -> RewardFn:
+def build_reward(reward_cfg: RewardConfig) -> Reward:
+    """The configured reward function, resolved (imported) and ready to call; a ConfigurationError in one line
+    when it cannot be."""
     name = reward_cfg.function
     if name in BUILTIN_REWARDS:
-        return BUILTIN_REWARDS[name]
+        return Reward(BUILTIN_REWARDS[name], name, None)
     if ":" not in name:
         builtins = ", ".join(BUILTIN_REWARDS)
         raise ConfigurationError(f"reward.function: unknown reward {name!r}; use one of {builtins} or module:function")
     return import_reward(name)
+
+
+_POOL_LOCK = threading.Lock()
+
+
+class RewardFailed(Exception):
+    """A completion the reward could not score (it raised, timed out or returned no finite number), with
+    `reward.on_error: drop`: its group is dropped."""
+
+
+class RewardRunner:
+    """Scores many completions at once: `reward.concurrency` calls in worker threads, each awaited at most
+    `reward.timeout_s`, so a slow reward neither serialises the batch nor holds the run for ever. A failure is a
+    ConfigurationError (`reward.on_error: fail`) or a `RewardFailed` in the results (`drop`). A call that timed
+    out keeps its worker thread until it returns: Python cannot stop a thread."""
+
+    def __init__(self, reward_cfg: RewardConfig, reward=None):
+        self.cfg = reward_cfg
+        self.name = reward_cfg.url or reward_cfg.function
+        if reward is not None:
+            self.reward = reward
+        elif reward_cfg.url is not None:
+            from fasync.data.remote import RemoteReward, probe
+
+            probe(reward_cfg)
+            self.reward = RemoteReward(reward_cfg)
+        else:
+            self.reward = build_reward(reward_cfg)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_pool": None}  # threads do not cross into the Ray actor that scores
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        with _POOL_LOCK:  # fully_async scores from several threads of the rollouter
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.cfg.concurrency, thread_name_prefix="fasync-reward")
+            return self._pool
+
+    def score(self, items: list[RewardInput], wheres: list[str]) -> list[float | RewardFailed]:
+        """A reward for each item (`wheres[i]` names its prompt in messages)."""
+        batched = getattr(self.reward, "batch", None)
+        if batched is not None:
+            return self._settle(batched(self.pool, items), items, wheres)
+        futures = [self.pool.submit(score, self.reward, self.name, item, where) for item, where in zip(items, wheres)]
+        return self._settle(futures, items, wheres)
+
+    def _settle(self, futures, items, wheres) -> list[float | RewardFailed]:
+        results = []
+        wait_s = getattr(self.reward, "wait_s", self.cfg.timeout_s)
+        for future, item, where in zip(futures, items, wheres):
+            try:
+                results.append(future.result(timeout=wait_s))
+            except FutureTimeout:
+                future.cancel()
+                results.append(self._failed(ConfigurationError(
+                    f"reward.function: {self.name} took longer than {wait_s:g} s (`reward.timeout_s`) for "
+                    f"{where}, completion {item.completion[:40]!r}; make it faster, raise the timeout, or set "
+                    "`reward.on_error: drop` to drop what it cannot score in time")))
+            except ConfigurationError as error:
+                results.append(self._failed(error))
+        return results
+
+    def _failed(self, error: ConfigurationError) -> RewardFailed:
+        if self.cfg.on_error == "fail":
+            raise error
+        return RewardFailed(str(error))

@@ -71,9 +71,13 @@ class EngineRollouts:
         while len(kept) < cfg.batch_size and rounds < (cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
             groups = self.factory.new_groups(want)
             self.ledger.admit(sum(g.size for g in groups), groups)
-            for group in generate(self.engines, groups, self.factory.params, self.watchdog):
-                self.factory.score(group)
-                if cfg.dynamic_sampling and zero_variance(group):
+            generated = generate(self.engines, groups, self.factory.params, self.watchdog)
+            self.factory.score_all(generated)
+            for group in generated:
+                if group.reward_failure is not None:
+                    drops["reward_failed"] += group.size
+                    self.ledger.drop("reward_failed", group.size, [group])
+                elif cfg.dynamic_sampling and zero_variance(group):
                     drops["zero_variance"] += group.size
                     self.ledger.drop("zero_variance", group.size, [group])
                 else:

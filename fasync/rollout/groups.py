@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
-from fasync.data.rewards import score
+from fasync.data.rewards import RewardFailed, RewardInput, RewardRunner
 from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams
 
 
@@ -20,6 +20,8 @@ class PromptGroup:
     samples: list[Sample] = field(default_factory=list)
     prompt_index: int = 0
     """The prompt's index in the dataset (`PromptDataset.location` names its file and line)."""
+    reward_failure: str | None = None
+    """Why the reward could not score one of its completions (`reward.on_error: drop`): the group is dropped."""
 
     @property
     def size(self) -> int:
@@ -57,12 +59,11 @@ def sampling_params(cfg: FasyncConfig, stop_token_ids: tuple[int, ...]) -> Sampl
 class GroupFactory:
     """Draws prompts, turns them into generation requests and scores what comes back."""
 
-    def __init__(self, cfg: FasyncConfig, tokenizer, dataset, reward_fn):
+    def __init__(self, cfg: FasyncConfig, tokenizer, dataset, rewards: RewardRunner):
         self.n = cfg.rollout.n_samples_per_prompt
         self.tokenizer = tokenizer
         self.dataset = dataset
-        self.reward_fn = reward_fn
-        self.reward_name = cfg.reward.function
+        self.rewards = rewards
         self.rng = random.Random(cfg.data.seed)
         self._next_draw = 0
         self._next_request = 0
@@ -84,7 +85,7 @@ class GroupFactory:
     def new_groups(self, count: int) -> list[PromptGroup]:
         """The next `count` prompts drawn, as groups of requests."""
         groups = [self._group(GroupId(self._next_draw + i), index)
-                  for i, index in enumerate(self.dataset.sample_indices(count, self.rng))]
+                  for i, index in enumerate(self.dataset.draw(self._next_draw, count, self.rng))]
         self._next_draw += len(groups)
         return groups
 
@@ -100,29 +101,41 @@ class GroupFactory:
         return PromptGroup(group_id, problem.prompt, problem.label, requests, prompt_index=index)
 
     def score(self, group: PromptGroup) -> PromptGroup:
+        self.score_all([group])
+        return group
+
+    def score_all(self, groups: list[PromptGroup]) -> None:
+        """Score every completion of `groups` together (`reward.concurrency` at a time). A group with a
+        completion the reward could not score gets its `reward_failure` (`reward.on_error: drop`)."""
         stops = set(self.tokenizer.stop_token_ids)
-        group.samples = []
-        for gen in group.requests:
-            completion_ids = [t for t in gen.output_ids if t not in stops]
-            completion = self.tokenizer.decode(completion_ids)
-            group.samples.append(
-                Sample(
+        items, wheres = [], []
+        for group in groups:
+            problem = self.dataset.problems[group.prompt_index]
+            where = f"prompt {group.prompt_index} ({self.dataset.location(group.prompt_index)})"
+            for gen in group.requests:
+                completion = self.tokenizer.decode([t for t in gen.output_ids if t not in stops])
+                items.append(RewardInput(completion, problem, len(gen.output_ids), gen.finish_reason))
+                wheres.append(where)
+        rewards = iter(self.rewards.score(items, wheres))
+        completions = iter(items)
+        for group in groups:
+            group.samples, group.reward_failure = [], None
+            for gen in group.requests:
+                reward, item = next(rewards), next(completions)
+                if isinstance(reward, RewardFailed):
+                    group.reward_failure = group.reward_failure or str(reward)
+                    reward = 0.0
+                group.samples.append(Sample(
                     group_id=group.group_id,
                     prompt_ids=gen.prompt_ids,
                     output_ids=gen.output_ids,
                     behaviour_logprobs=gen.logprobs,
                     token_versions=gen.token_versions,
-                    reward=self._reward(completion, group),
+                    reward=reward,
                     label=group.label,
-                    completion=completion,
+                    completion=item.completion,
                     finish_reason=gen.finish_reason,
-                )
-            )
-        return group
-
-    def _reward(self, completion: str, group: PromptGroup) -> float:
-        where = f"prompt {group.prompt_index} ({self.dataset.location(group.prompt_index)})"
-        return score(self.reward_fn, self.reward_name, completion, group.label, where)
+                ))
 
 
 def build_factory(resolved) -> GroupFactory:
@@ -130,20 +143,17 @@ def build_factory(resolved) -> GroupFactory:
     tokenizer and the model's context, the weight files against config.json) so that bad input stops the run
     before Ray starts; raises ConfigurationError. `resolved`: the config with the model's dimensions
     (`fasync.launch.plan.Resolved`)."""
-    from fasync.data import build_dataset
-    from fasync.data.datasets import check_prompts
-    from fasync.data.rewards import build_reward
+    from fasync.data.datasets import load_records
     from fasync.model import build_tokenizer
 
     cfg, dims = resolved.config, resolved.model_dims
     tokenizer = build_tokenizer(cfg.model, cfg.data)
-    dataset = build_dataset(cfg.data)
-    check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
+    dataset = load_records(cfg.data, tokenizer, dims.max_context if dims is not None else None)
     if cfg.model.path is not None:
         from fasync.model.weights import check_weights
 
         check_weights(cfg.model.path)
-    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward))
+    return GroupFactory(cfg, tokenizer, dataset, RewardRunner(cfg.reward))
 
 
 def zero_variance(group: PromptGroup) -> bool:
