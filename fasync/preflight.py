@@ -16,7 +16,7 @@ in a subprocess, so a broken install is a finding, not a crash.
 | E006 | info  | no running cluster to compare: fasync will start a local one |
 | E007 | error | a tracker in `logging.backends` whose package is not installed (every check, not only --preflight) |
 | E008 | info  | the dataset as loaded: its size, its longest prompt in tokens and one prompt as the model is fed it |
-| E009 | error | `reward.function` cannot be imported or called, or `reward.url` does not answer |
+| E009 | error | `reward.function`'s module is not found (every check, without importing it); with --preflight, it cannot be imported or called, or `reward.url` does not answer |
 """
 
 from __future__ import annotations
@@ -170,6 +170,8 @@ def _reward(result: LoadResult) -> list[Diagnostic]:
     from fasync.data.rewards import build_reward, extend_import_path
 
     cfg = result.config
+    if unresolved_reward(result):
+        return []  # every check reported it already
     try:
         if cfg.reward.url is not None:
             from fasync.data.remote import probe
@@ -182,6 +184,32 @@ def _reward(result: LoadResult) -> list[Diagnostic]:
         key = "reward.url" if cfg.reward.url is not None else "reward.function"
         return [_finding(result, "E009", key, str(error).removeprefix(f"{key}: "))]
     return []
+
+
+def unresolved_reward(result: LoadResult) -> list[Diagnostic]:
+    """E009 for a `reward.function` that names no built-in and no module fasync could import: looked up in the
+    config's directory, the working directory and the import path without importing anything (a reward module
+    may import torch), so `fasync check` and `fasync train` run it on every config. `--preflight` imports it."""
+    from importlib.machinery import PathFinder
+
+    from fasync.data.rewards import BUILTIN_REWARDS, build_reward
+
+    cfg = result.config
+    if cfg is None or cfg.reward.url is not None or cfg.reward.function in BUILTIN_REWARDS:
+        return []
+    module, _, attribute = cfg.reward.function.partition(":")
+    top = module.split(".")[0]
+    if not module or not attribute:
+        try:
+            build_reward(cfg.reward)  # says what is wrong with the name without importing anything
+        except ConfigurationError as error:
+            return [_finding(result, "E009", "reward.function", str(error).removeprefix("reward.function: "))]
+    places = [str(Path(result.provenance.top_file).resolve().parent), str(Path.cwd()), *sys.path]
+    if top in sys.modules or top in sys.builtin_module_names or PathFinder.find_spec(top, places) is not None:
+        return []
+    return [_finding(result, "E009", "reward.function", f"`reward.function` {cfg.reward.function}: no module "
+                     f"{top!r} in the config's directory, the working directory or the import path",
+                     "check the module's name, or put it beside the config or on PYTHONPATH")]
 
 
 def missing_trackers(result: LoadResult) -> list[Diagnostic]:

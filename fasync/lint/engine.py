@@ -20,10 +20,11 @@ from fasync.diagnostics import Code, Diagnostic, Severity
 from fasync.exit_codes import ExitCode
 from fasync.lint.registry import RULES, Finding, Fix
 from fasync.memory import derive_with_model
-from fasync.preflight import missing_trackers
+from fasync.preflight import missing_trackers, unresolved_reward
 
 TRACKERS_MISSING = "E007"
-"""The one environment check every lint runs (fasync/preflight.py): it only looks packages up."""
+REWARD_UNRESOLVED = "E009"
+"""The environment checks every lint runs (fasync/preflight.py): they only look packages and modules up."""
 
 
 def rules() -> dict[str, Code]:
@@ -43,16 +44,17 @@ def matches(code: str, patterns: Sequence[str]) -> bool:
 
 def lint(result: LoadResult, select: Sequence[str] | None = None,
          ignore: Sequence[str] | None = None) -> list[Diagnostic]:
-    """The load diagnostics plus those of every selected rule and of E007 (a requested tracker that is not
-    installed), ordered by file and position. A config that did not load as written is linted as far as it did
+    """The load diagnostics plus those of every selected rule, of E007 (a requested tracker that is not
+    installed) and of E009 (a reward module that is not there), ordered by file and position. A config that did not load as written is linted as far as it did
     load (`LoadResult.partial`)."""
     found = list(result.diagnostics)
     config = result.config or result.partial
     if config is not None:
         ignored = list(ignore or ()) + list(config.lint.ignore)
         found += _rule_diagnostics(result, config, select, ignored)
-        if (not select or matches(TRACKERS_MISSING, select)) and not matches(TRACKERS_MISSING, ignored):
-            found += missing_trackers(result)
+        for code, check in ((TRACKERS_MISSING, missing_trackers), (REWARD_UNRESOLVED, unresolved_reward)):
+            if (not select or matches(code, select)) and not matches(code, ignored):
+                found += check(result)
     return sorted(found, key=_position)
 
 
