@@ -150,4 +150,7 @@ def read_records(path: str, explicit_format: str | None = None) -> Iterator[tupl
     fmt = detect_format(path, explicit_format)
     if fmt != "hf_disk" and file.is_dir():
         raise ConfigurationError(f"data.path: {path} is a directory")
+    if fmt in ("jsonl", "json") and detect_format(path) == "parquet":
+        raise ConfigurationError(f"data.path: {path} is a parquet file (it begins with {PARQUET_MAGIC.decode()}), but "
+                                 f"`data.format` is {fmt}: set `data.format: parquet`, or leave it null")
     return READERS[fmt](path)

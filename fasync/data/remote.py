@@ -41,8 +41,10 @@ class RemoteReward:
 
     def __init__(self, reward_cfg: RewardConfig):
         self.cfg = reward_cfg
-        self.wait_s = (reward_cfg.retries + 1) * reward_cfg.timeout_s + BACKOFF_S * (2 ** reward_cfg.retries)
-        """The longest a batch can take with every retry: how long the runner waits for one item."""
+        backoff = sum(BACKOFF_S * 2 ** attempt for attempt in range(reward_cfg.retries))
+        self.wait_s = (reward_cfg.retries + 1) * 2 * reward_cfg.timeout_s + backoff
+        """The longest a batch can take with every retry (httpx bounds connecting and reading each by
+        `reward.timeout_s`): how long the runner waits for one item before it counts the item as timed out."""
 
     def batch(self, pool: ThreadPoolExecutor, items: list[RewardInput]) -> list[Future]:
         """A future reward per item, the items posted `reward.batch_size` at a time from `pool`'s threads."""
