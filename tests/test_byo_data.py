@@ -366,3 +366,14 @@ def test_data_show_prints_built_prompts_with_their_tokens_and_labels(tmp_path):
     assert run.returncode == 0, run.stderr
     assert f"{data}: 3 prompts, drawn by epoch; the first 2 as built:" in run.stdout
     assert f"── prompt 2 · {data} row 1 · 13 tokens · label '4'\nbe brief\n2+2\n" in run.stdout
+
+
+def test_the_readme_example_of_your_own_data_runs(tmp_path):
+    example = "configs/own_data.yaml"
+    assert fasync("check", "--preflight", example).returncode == 0
+    shown = fasync("data", "show", example, "-n", "1")
+    assert shown.returncode == 0 and "configs/own_data/sums.jsonl:1 · 5 tokens · label '12'\n6+6=\n" in shown.stdout
+    trained = fasync("train", example, "train.num_rollouts=2", "--run-dir", str(tmp_path / "run"))
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["outcome"] == "finished" and summary["optimizer_steps"] == 2

@@ -86,10 +86,15 @@ def build_data(resolved: Resolved, config_dir: Path):
     try:
         from fasync.rollout.groups import build_factory
 
-        return build_factory(resolved)
+        factory = build_factory(resolved)
     except ConfigurationError as error:
         _echo(f"fasync train: {error}")
         return None
+    dataset = factory.dataset
+    if dataset.filtered:
+        _echo(f"fasync train: data: {dataset.filtered} overlong prompt{'s' * (dataset.filtered != 1)} of "
+              f"{dataset.filtered + len(dataset)} dropped (`data.overlong_prompts: filter`); {len(dataset)} remain")
+    return factory
 
 
 def _holding_lock(acquire, body, refused: int) -> int:
