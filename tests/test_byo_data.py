@@ -240,6 +240,33 @@ def test_rewards_run_concurrently_within_a_timeout_and_failures_drop_or_fail(slo
     assert "raised ValueError: cannot parse" in str(failed) and "prompt 5" in str(failed)
 
 
+@pytest.fixture
+def batched_rewards(tmp_path, monkeypatch):
+    (tmp_path / "batched_rewards.py").write_text(
+        "calls = []\n"
+        "def scores(solution_str, ground_truth):\n"
+        "    calls.append(len(solution_str))\n"
+        "    return [float(s == g) for s, g in zip(solution_str, ground_truth)]\n"
+        "def short(completion, label):\n    return [1.0]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("batched_rewards", None)
+
+
+def test_a_batched_reward_gets_lists_of_the_fields_it_names(batched_rewards):
+    import batched_rewards
+
+    items = [RewardInput(str(i % 2), Problem("q", "1")) for i in range(5)]
+    runner = RewardRunner(RewardConfig(function="batched_rewards:scores", batched=True, batch_size=2))
+    assert runner.score(items, ["p"] * 5) == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert sorted(batched_rewards.calls) == [1, 2, 2]
+    short = RewardRunner(RewardConfig(function="batched_rewards:short", batched=True, on_error="drop"))
+    failed = short.score(items[:2], ["p"] * 2)
+    assert all(isinstance(r, RewardFailed) and "returned list [1.0]; return a list of one reward" in str(r)
+               for r in failed)
+
+
 def test_a_group_whose_reward_failed_is_dropped_and_counted(slow_rewards, tmp_path):
     from fasync.config.schema import FasyncConfig
     from fasync.launch.plan import resolve

@@ -100,7 +100,12 @@ class RewardConfig(Section):
         None, description="An HTTP reward server: completions are posted to it in batches instead of calling "
         "`reward.function` (docs/training.md#a-remote-reward).",
     )
-    batch_size: int = Field(16, ge=1, description="`reward.url`: completions per request.")
+    batched: bool = Field(
+        False, description="`reward.function` takes lists (each field it names, one value per completion) and "
+        "returns a list of rewards, `reward.batch_size` completions a call.",
+    )
+    batch_size: int = Field(16, ge=1, description="Completions per request to `reward.url`, or per call of a "
+                            "batched `reward.function`.")
     concurrency: int = Field(8, ge=1, description="Reward calls (or requests) in flight at once.")
     timeout_s: float = Field(60.0, gt=0, description="Longest wait for one reward (or one request) in seconds.")
     retries: int = Field(3, ge=0, description="`reward.url`: retries of a failed request, with exponential backoff.")

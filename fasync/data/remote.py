@@ -14,7 +14,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from fasync.config.schema import RewardConfig
-from fasync.data.rewards import RewardInput, checked_value
+from fasync.data.rewards import RewardInput, batch_futures
 from fasync.errors import ConfigurationError
 
 BACKOFF_S = 0.5
@@ -46,26 +46,9 @@ class RemoteReward:
         """The longest a batch can take with every retry (httpx bounds connecting and reading each by
         `reward.timeout_s`): how long the runner waits for one item before it counts the item as timed out."""
 
-    def batch(self, pool: ThreadPoolExecutor, items: list[RewardInput]) -> list[Future]:
+    def batch(self, pool: ThreadPoolExecutor, items: list[RewardInput], wheres: list[str]) -> list[Future]:
         """A future reward per item, the items posted `reward.batch_size` at a time from `pool`'s threads."""
-        futures: list[Future] = [Future() for _ in items]
-        size = self.cfg.batch_size
-        for start in range(0, len(items), size):
-            pool.submit(self._settle, items[start:start + size], futures[start:start + size])
-        return futures
-
-    def _settle(self, items: list[RewardInput], futures: list[Future]) -> None:
-        try:
-            rewards = self._post(items)
-        except ConfigurationError as error:
-            for future in futures:
-                future.set_exception(error)
-            return
-        for future, reward, item in zip(futures, rewards, items):
-            try:
-                future.set_result(checked_value(reward, self.cfg.url, f"completion {item.completion[:40]!r}"))
-            except ConfigurationError as error:
-                future.set_exception(error)
+        return batch_futures(pool, items, self.cfg.batch_size, self.cfg.url, self._post)
 
     def _post(self, items: list[RewardInput]) -> list:
         import httpx

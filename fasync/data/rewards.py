@@ -22,9 +22,9 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -177,19 +177,45 @@ completion's token count and finish reason (`stop` or `length`, for overlong sha
 
 @dataclass(frozen=True)
 class Reward:
-    """A reward function and how to call it: with the fields it names, or `(completion, label)` by position."""
+    """A reward function and how to call it: with the fields it names, or `(completion, label)` by position;
+    one completion a call, or (`reward.batched`) lists of `batch_size` completions' fields a call."""
 
     function: RewardFn
     name: str
     fields: tuple[str, ...] | None
     """The `REWARD_FIELDS` it takes by name; None: `(completion, label)` by position."""
+    batch_size: int | None = None
+    """None: the function scores one completion a call; else it takes lists of this many and returns a list."""
 
     def __call__(self, item: RewardInput):
+        return self._call(lambda name: item.field(name))
+
+    def _call(self, field: Callable[[str], object]):
         if self.fields is None:
-            value = self.function(item.completion, item.problem.label)
+            value = self.function(field("completion"), field("label"))
         else:
-            value = self.function(**{name: item.field(name) for name in self.fields})
+            value = self.function(**{name: field(name) for name in self.fields})
         return asyncio.run(value) if inspect.isawaitable(value) else value
+
+    def score_batch(self, items: list[RewardInput]) -> list:
+        """The batched function's rewards for `items`, one per item; a ConfigurationError when it raises or
+        answers with something else than a list of that length."""
+        try:
+            values = self._call(lambda name: [item.field(name) for item in items])
+        except Exception as error:
+            raise ConfigurationError(f"reward.function: {self.name} raised {_raised(error)} for a batch of "
+                                     f"{len(items)} completions") from error
+        if not isinstance(values, (list, tuple)) or len(values) != len(items):
+            raise ConfigurationError(f"reward.function: {self.name} is batched (`reward.batched`) and got "
+                                     f"{len(items)} completions, but returned {type(values).__name__} "
+                                     f"{str(values)[:40]}; return a list of one reward per completion")
+        return list(values)
+
+    def batch(self, pool: ThreadPoolExecutor, items: list[RewardInput], wheres: list[str]) -> list[Future]:
+        """A future reward per item, scored in `pool`'s threads: one call per item, or `batch_size` a call."""
+        if self.batch_size is None:
+            return [pool.submit(score, self, self.name, item, where) for item, where in zip(items, wheres)]
+        return batch_futures(pool, items, self.batch_size, self.name, self.score_batch)
 
     @classmethod
     def of(cls, function: RewardFn, name: str) -> Reward:
@@ -297,11 +323,41 @@ def build_reward(reward_cfg: RewardConfig) -> Reward:
     when it cannot be."""
     name = reward_cfg.function
     if name in BUILTIN_REWARDS:
+        if reward_cfg.batched:
+            raise ConfigurationError(f"reward.function: the built-in {name} scores one completion a call; "
+                                     "`reward.batched: true` is for a function of lists")
         return Reward(BUILTIN_REWARDS[name], name, None)
     if ":" not in name:
         builtins = ", ".join(BUILTIN_REWARDS)
         raise ConfigurationError(f"reward.function: unknown reward {name!r}; use one of {builtins} or module:function")
-    return import_reward(name)
+    reward = import_reward(name)
+    return replace(reward, batch_size=reward_cfg.batch_size) if reward_cfg.batched else reward
+
+
+def batch_futures(pool: ThreadPoolExecutor, items: list[RewardInput], size: int, name: str,
+                  score_batch: Callable[[list[RewardInput]], list]) -> list[Future]:
+    """A future reward per item: `score_batch` gets the items `size` at a time, in `pool`'s threads, and
+    answers one value per item, each checked as `score` checks one; a ConfigurationError it raises fails
+    every item of its batch."""
+    futures: list[Future] = [Future() for _ in items]
+
+    def settle(start: int) -> None:
+        batch, waiting = items[start:start + size], futures[start:start + size]
+        try:
+            values = score_batch(batch)
+        except ConfigurationError as error:
+            for future in waiting:
+                future.set_exception(error)
+            return
+        for future, value, item in zip(waiting, values, batch):
+            try:
+                future.set_result(checked_value(value, name, f"for completion {item.completion[:40]!r}"))
+            except ConfigurationError as error:
+                future.set_exception(error)
+
+    for start in range(0, len(items), size):
+        pool.submit(settle, start)
+    return futures
 
 
 _POOL_LOCK = threading.Lock()
@@ -318,12 +374,10 @@ class RewardRunner:
     ConfigurationError (`reward.on_error: fail`) or a `RewardFailed` in the results (`drop`). A call that timed
     out keeps its worker thread until it returns: Python cannot stop a thread."""
 
-    def __init__(self, reward_cfg: RewardConfig, reward=None):
+    def __init__(self, reward_cfg: RewardConfig):
         self.cfg = reward_cfg
         self.name = reward_cfg.url or reward_cfg.function
-        if reward is not None:
-            self.reward = reward
-        elif reward_cfg.url is not None:
+        if reward_cfg.url is not None:
             from fasync.data.remote import RemoteReward, probe
 
             probe(reward_cfg)
@@ -344,11 +398,7 @@ class RewardRunner:
 
     def score(self, items: list[RewardInput], wheres: list[str]) -> list[float | RewardFailed]:
         """A reward for each item (`wheres[i]` names its prompt in messages)."""
-        batched = getattr(self.reward, "batch", None)
-        if batched is not None:
-            return self._settle(batched(self.pool, items), items, wheres)
-        futures = [self.pool.submit(score, self.reward, self.name, item, where) for item, where in zip(items, wheres)]
-        return self._settle(futures, items, wheres)
+        return self._settle(self.reward.batch(self.pool, items, wheres), items, wheres)
 
     def _settle(self, futures, items, wheres) -> list[float | RewardFailed]:
         results = []
