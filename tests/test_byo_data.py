@@ -20,7 +20,8 @@ from test_verl_data import verl_rows
 
 from fasync.config.schema import DataConfig, RewardConfig
 from fasync.data.datasets import build_dataset, check_prompts, load_records
-from fasync.data.rewards import Reward, RewardFailed, RewardInput, RewardRunner, math_verify
+from fasync.data.rewards import Reward, RewardInput, math_verify
+from fasync.data.scoring import RewardFailed, RewardRunner
 from fasync.data.tasks import Problem
 from fasync.errors import ConfigurationError
 from fasync.model.tokenizer import TEXT_ALPHABET, CharTokenizer, PromptStyle

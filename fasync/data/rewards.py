@@ -4,8 +4,8 @@ Built-ins are module-level functions, and custom ones are imported by name, so
 a reward pickles by reference into whichever Ray actor scores the samples. A function
 takes the `REWARD_FIELDS` it names (verl's `compute_score(data_source, solution_str,
 ground_truth, extra_info)` among them), or `(completion, label)` positionally; it may be
-`async def`. `RewardRunner` calls it for many completions at once, in worker threads, each
-within `reward.timeout_s`; `fasync.data.remote` posts them to `reward.url` instead.
+`async def` or batched. `fasync.data.scoring.RewardRunner` calls it for many completions at
+once; `fasync.data.remote` posts them to `reward.url` instead.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -358,65 +357,3 @@ def batch_futures(pool: ThreadPoolExecutor, items: list[RewardInput], size: int,
     for start in range(0, len(items), size):
         pool.submit(settle, start)
     return futures
-
-
-_POOL_LOCK = threading.Lock()
-
-
-class RewardFailed(Exception):
-    """A completion the reward could not score (it raised, timed out or returned no finite number), with
-    `reward.on_error: drop`: its group is dropped."""
-
-
-class RewardRunner:
-    """Scores many completions at once: `reward.concurrency` calls in worker threads, each awaited at most
-    `reward.timeout_s`, so a slow reward neither serialises the batch nor holds the run for ever. A failure is a
-    ConfigurationError (`reward.on_error: fail`) or a `RewardFailed` in the results (`drop`). A call that timed
-    out keeps its worker thread until it returns: Python cannot stop a thread."""
-
-    def __init__(self, reward_cfg: RewardConfig):
-        self.cfg = reward_cfg
-        self.name = reward_cfg.url or reward_cfg.function
-        if reward_cfg.url is not None:
-            from fasync.data.remote import RemoteReward, probe
-
-            probe(reward_cfg)
-            self.reward = RemoteReward(reward_cfg)
-        else:
-            self.reward = build_reward(reward_cfg)
-        self._pool: ThreadPoolExecutor | None = None
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pool": None}  # threads do not cross into the Ray actor that scores
-
-    @property
-    def pool(self) -> ThreadPoolExecutor:
-        with _POOL_LOCK:  # fully_async scores from several threads of the rollouter
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.cfg.concurrency, thread_name_prefix="fasync-reward")
-            return self._pool
-
-    def score(self, items: list[RewardInput], wheres: list[str]) -> list[float | RewardFailed]:
-        """A reward for each item (`wheres[i]` names its prompt in messages)."""
-        return self._settle(self.reward.batch(self.pool, items, wheres), items, wheres)
-
-    def _settle(self, futures, items, wheres) -> list[float | RewardFailed]:
-        results = []
-        wait_s = getattr(self.reward, "wait_s", self.cfg.timeout_s)
-        for future, item, where in zip(futures, items, wheres):
-            try:
-                results.append(future.result(timeout=wait_s))
-            except FutureTimeout:
-                future.cancel()
-                results.append(self._failed(ConfigurationError(
-                    f"reward.function: {self.name} took longer than {wait_s:g} s (`reward.timeout_s`) for "
-                    f"{where}, completion {item.completion[:40]!r}; make it faster, raise the timeout, or set "
-                    "`reward.on_error: drop` to drop what it cannot score in time")))
-            except ConfigurationError as error:
-                results.append(self._failed(error))
-        return results
-
-    def _failed(self, error: ConfigurationError) -> RewardFailed:
-        if self.cfg.on_error == "fail":
-            raise error
-        return RewardFailed(str(error))

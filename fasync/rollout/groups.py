@@ -6,7 +6,8 @@ import random
 from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
-from fasync.data.rewards import RewardFailed, RewardInput, RewardRunner
+from fasync.data.rewards import RewardInput
+from fasync.data.scoring import RewardFailed, RewardRunner
 from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams
 
 
