@@ -236,6 +236,11 @@ def test_rewards_run_concurrently_within_a_timeout_and_failures_drop_or_fail(slo
     assert isinstance(late, RewardFailed) and "took longer than 0.2 s" in str(late) and on_time == 1.0
     with pytest.raises(ConfigurationError, match="slow_rewards:slow took longer than 0.2 s .*for prompt 0"):
         RewardRunner(cfg.model_copy(update={"timeout_s": 0.2})).score(hanging, ["prompt 0", "prompt 1"])
+    stuck = [RewardInput("3", Problem("q", "1"))] * 8
+    started = time.monotonic()
+    four_rounds = RewardRunner(cfg.model_copy(update={"timeout_s": 0.2, "concurrency": 2, "on_error": "drop"}))
+    assert all(isinstance(r, RewardFailed) for r in four_rounds.score(stuck, ["p"] * 8))
+    assert time.monotonic() - started < 2.0  # one deadline, 4 rounds × 0.2 s: not 8 × 0.2 s waited in turn
     raising = RewardRunner(RewardConfig(function="slow_rewards:raises", on_error="drop"))
     (failed,) = raising.score(items[:1], ["prompt 5"])
     assert "raised ValueError: cannot parse" in str(failed) and "prompt 5" in str(failed)
@@ -338,7 +343,9 @@ def test_a_slow_or_failing_server_drops_its_samples_never_stalls(server, monkeyp
     items = [RewardInput("1", Problem("q", "1"))] * 3
     started = time.monotonic()
     slow = RewardRunner(RewardConfig(url=f"{server}/slow", timeout_s=0.3, retries=1, on_error="drop"))
-    assert all(isinstance(r, RewardFailed) and "ReadTimeout" in str(r) for r in slow.score(items, ["p"] * 3))
+    # The request's own read timeout, or on a loaded machine the runner's deadline for it: dropped either way.
+    assert all(isinstance(r, RewardFailed) and ("ReadTimeout" in str(r) or "took longer than" in str(r))
+               for r in slow.score(items, ["p"] * 3))
     failing = RewardRunner(RewardConfig(url=f"{server}/failing", retries=2, on_error="drop"))
     results = failing.score(items, ["p"] * 3)
     assert all(isinstance(r, RewardFailed) and "after 3 attempts (HTTP 503)" in str(r) for r in results)

@@ -46,9 +46,13 @@ class RemoteReward:
         """The longest a batch can take with every retry (httpx bounds connecting and reading each by
         `reward.timeout_s`): how long the runner waits for one item before it counts the item as timed out."""
 
+    @property
+    def batch_size(self) -> int:
+        return self.cfg.batch_size
+
     def batch(self, pool: ThreadPoolExecutor, items: list[RewardInput], wheres: list[str]) -> list[Future]:
         """A future reward per item, the items posted `reward.batch_size` at a time from `pool`'s threads."""
-        return batch_futures(pool, items, self.cfg.batch_size, self.cfg.url, self._post)
+        return batch_futures(pool, items, self.batch_size, self.cfg.url, self._post)
 
     def _post(self, items: list[RewardInput]) -> list:
         import httpx

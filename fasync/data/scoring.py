@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -28,6 +30,7 @@ class RewardRunner:
     def __init__(self, reward_cfg: RewardConfig):
         self.cfg = reward_cfg
         self.name = reward_cfg.url or reward_cfg.function
+        self.key = "reward.url" if reward_cfg.url is not None else "reward.function"
         if reward_cfg.url is not None:
             from fasync.data.remote import RemoteReward, probe  # httpx only where a server is named
 
@@ -52,15 +55,21 @@ class RewardRunner:
         return self._settle(self.reward.batch(self.pool, items, wheres), items, wheres)
 
     def _settle(self, futures, items, wheres) -> list[float | RewardFailed]:
+        """Each future's reward, all waited for until one deadline: a call's longest wait (`reward.timeout_s`,
+        with a server's retries) for every round of `reward.concurrency` calls the items need, so a reward that
+        hangs costs the batch that bound once, not once per completion."""
+        per_call = getattr(self.reward, "batch_size", None) or 1
+        rounds = math.ceil(len(items) / (per_call * self.cfg.concurrency))
+        budget = getattr(self.reward, "wait_s", self.cfg.timeout_s) * max(rounds, 1)
+        deadline = time.monotonic() + budget
         results = []
-        wait_s = getattr(self.reward, "wait_s", self.cfg.timeout_s)
         for future, item, where in zip(futures, items, wheres):
             try:
-                results.append(future.result(timeout=wait_s))
+                results.append(future.result(timeout=max(deadline - time.monotonic(), 0.0)))
             except FutureTimeout:
                 future.cancel()
                 results.append(self._failed(ConfigurationError(
-                    f"reward.function: {self.name} took longer than {wait_s:g} s (`reward.timeout_s`) for "
+                    f"{self.key}: {self.name} took longer than {budget:g} s (`reward.timeout_s`) for "
                     f"{where}, completion {item.completion[:40]!r}; make it faster, raise the timeout, or set "
                     "`reward.on_error: drop` to drop what it cannot score in time")))
             except ConfigurationError as error:

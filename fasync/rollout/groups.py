@@ -14,7 +14,8 @@ from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams
 @dataclass
 class PromptGroup:
     group_id: GroupId
-    prompt: str
+    prompt: str | list[dict[str, str]]
+    """Text, or chat messages (`fasync.data.tasks.Problem.prompt`)."""
     label: str
     requests: list[Generation]
     """n_samples_per_prompt completions of the same prompt, filled in by the engines."""
