@@ -161,6 +161,30 @@ def render_migrate_md() -> str:
          "optimizer steps per drain, staleness in versions and sync interval; the tests check this round trip "
          "for every framework."),
         "",
+        "## Your data and reward as they are",
+        "",
+        ("A verl dataset needs no conversion. Point `data.path` at its parquet file (or a JSONL, a JSON array, or "
+         "a Hugging Face dataset saved with `save_to_disk`; the format is read from the file): a record's "
+         "`prompt` may be a list of chat messages, which the model's chat template receives as they are (system "
+         "messages kept), and the label defaults to `label`, else verl's `reward_model.ground_truth` (`data.label_key` "
+         "takes any dotted path). verl's `compute_score(data_source, solution_str, ground_truth, extra_info)` is a "
+         "`reward.function` as it is; fasync passes each reward the fields its parameters name. The same holds "
+         "for OpenRLHF's `--input_key`/`--label_key` (dotted paths in fasync) and slime's `--rm-url`/OpenRLHF's "
+         "`remote_rm_url` (`reward.url`). verl's `data.filter_overlong_prompts` is `data.overlong_prompts: "
+         "filter` with `data.max_prompt_tokens`. `fasync data show CONFIG` prints the prompts as the model will "
+         "see them ([training.md](training.md#data))."),
+        "",
+        "```yaml",
+        "model:",
+        "  path: /models/Qwen2.5-0.5B-Instruct",
+        "data:",
+        "  path: /data/gsm8k/train.parquet     # verl's examples/data_preprocess/gsm8k.py output, unchanged",
+        "  max_prompt_tokens: 512",
+        "  overlong_prompts: filter            # data.filter_overlong_prompts=True",
+        "reward:",
+        "  function: gsm8k_reward:compute_score  # gsm8k_reward.py beside this config",
+        "```",
+        "",
         ("The tables below are generated from each framework's module in `fasync/frameworks/`, the same tables the "
          "hints use. "
          "`converted` means the fasync value follows from the framework's own semantics by arithmetic or a unit "

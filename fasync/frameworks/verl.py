@@ -27,10 +27,17 @@ ROWS = [
      "prompts per rollout, as in fasync; the fully-async recipe ignores it (0): a drain is "
      "require_batches × ppo_mini_batch_size prompts."),
     ("data.max_response_length", "rollout.max_new_tokens", SAME),
-    ("data.train_files", "data.path", SAME, "verl reads parquet; fasync reads a JSONL file of prompt/label objects "
-     "(parquet is not read yet)."),
+    ("data.train_files", "data.path", CONVERTED, "fasync reads verl's parquet as it is (chat-message `prompt`, "
+     "`reward_model.ground_truth`, `data_source`, `extra_info`); set data.path to one file, as a list is not read."),
     ("data.prompt_key", "data.prompt_key", SAME),
-    ("data.max_prompt_length", (), NONE, "fasync does not truncate prompts."),
+    ("data.max_prompt_length", (), NONE, "fasync does not truncate prompts; data.max_prompt_tokens with "
+     "data.overlong_prompts: filter drops longer ones, as data.filter_overlong_prompts does."),
+    ("data.filter_overlong_prompts", "data.overlong_prompts", CONVERTED, "true is `filter` (with "
+     "data.max_prompt_tokens as the limit); false is `fail`: fasync never trains on a prompt that does not fit."),
+    ("custom_reward_function.path", "reward.function", CONVERTED, "`module:function`: the file beside the config, "
+     "in the working directory or on PYTHONPATH, named by its module; verl's compute_score signature works as it is."),
+    ("custom_reward_function.name", "reward.function", CONVERTED, "the part after the colon (verl's default: "
+     "compute_score)."),
     ("actor_rollout_ref.rollout.n", "rollout.n_samples_per_prompt", SAME),
     ("actor_rollout_ref.rollout.response_length", "rollout.max_new_tokens", SAME),
     ("actor_rollout_ref.rollout.temperature", "rollout.temperature", SAME),

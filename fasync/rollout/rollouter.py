@@ -286,7 +286,11 @@ class Rollouter:
             await self._released.wait_for(lambda: not any(self._held))
 
     async def _deliver(self, group: PromptGroup) -> None:
-        self.factory.score(group)
+        # In a worker thread: a slow reward must not stall the loop that streams the engines' requests.
+        await asyncio.get_running_loop().run_in_executor(None, self.factory.score, group)
+        if group.reward_failure is not None:
+            self._drop(group, "reward_failed")
+            return
         if self.cfg.rollout.dynamic_sampling and zero_variance(group):
             self._drop(group, "zero_variance")
             self.zero_variance_in_a_row += 1

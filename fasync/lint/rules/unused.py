@@ -58,8 +58,8 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
         yield "data", ["task", "length", "num_prompts"], "they describe a built-in task, and `data.path` is a file", \
             "`data.path: null`"
     else:
-        yield "data", ["prompt_key", "label_key"], "they name JSONL fields, and `data.path` is null", \
-            "a JSONL `data.path`"
+        yield "data", ["format", "prompt_key", "label_key"], "they describe a dataset file, and `data.path` is " \
+            "null", "a dataset file in `data.path`"
     if cfg.correction.level == "none":
         yield "correction", ["weight_upper", "weight_lower", "batch_normalize"], \
             "they shape importance weights, and `correction.level` is none", "`correction.level: token` or sequence"
