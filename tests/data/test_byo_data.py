@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from paths import REPO
-from test_verl_data import verl_rows
+from verl_layout import verl_rows
 
 from fasync.config.schema import DataConfig, RewardConfig
 from fasync.data.datasets import build_dataset, check_prompts, load_records
@@ -98,8 +98,7 @@ def test_prompt_styles_without_a_chat_template():
 
 
 def test_prompt_styles_with_a_chat_template(tmp_path):
-    from test_verl_data import ROLE_TEMPLATE
-    from tiny_models import write_tiny_llama
+    from tiny_models import ROLE_TEMPLATE, write_tiny_llama
 
     from fasync.model.tokenizer import HFTokenizer
 
@@ -373,7 +372,7 @@ def test_check_finds_a_misspelt_reward_module_without_importing_it(tmp_path):
     config.write_text("reward:\n  function: my_scor:compute_score\n")
     run = fasync("check", "--format", "concise", str(config))
     assert run.returncode == 1 and run.stdout.count("E010") == 1, run.stdout
-    assert "no module 'my_scor' in the config's directory" in run.stdout
+    assert "no module 'my_scor' on the import path, in the working directory or in the config's directory" in run.stdout
     config.write_text("reward:\n  function: my_score:compute_score\n")
     assert fasync("check", str(config)).returncode == 0  # found beside the config, not imported
 
