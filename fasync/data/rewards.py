@@ -144,6 +144,9 @@ BUILTIN_REWARDS: dict[str, RewardFn] = {
     "boxed_math": boxed_math,
     "math_verify": math_verify,
 }
+INSTANT_REWARDS = ("exact_match", "partial_match", "boxed_math")
+"""The built-ins that score a completion in microseconds (comparisons of short strings and numbers): scoring
+them where the caller is costs less than handing them to a thread. math_verify parses LaTeX and is not one."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from fasync.config.schema import RewardConfig
-from fasync.data.rewards import RewardInput, build_reward
+from fasync.data.rewards import INSTANT_REWARDS, RewardInput, build_reward
 from fasync.errors import ConfigurationError
 
 _POOL_LOCK = threading.Lock()
@@ -39,6 +39,9 @@ class RewardRunner:
         else:
             self.reward = build_reward(reward_cfg, search_path)  # also looked for in search_path
         self._pool: ThreadPoolExecutor | None = None
+        self.instant = reward_cfg.url is None and reward_cfg.function in INSTANT_REWARDS
+        """Whether the reward is one of `INSTANT_REWARDS`, which a caller with an event loop scores in its own
+        thread."""
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_pool": None}  # threads do not cross into the Ray actor that scores
