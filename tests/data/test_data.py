@@ -143,17 +143,13 @@ def test_builtin_rewards_by_name():
 
 
 @pytest.fixture
-def reward_module(tmp_path, monkeypatch):
-    (tmp_path / "my_rewards.py").write_text(
+def reward_module(user_modules):
+    user_modules("my_rewards",
         "def length_bonus(completion, label):\n    return len(completion) / 10\n"
         "def one_arg(completion):\n    return 0.0\n"
         "NOT_CALLABLE = 3\n"
     )
-    (tmp_path / "broken_rewards.py").write_text("import does_not_exist_anywhere\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield
-    for name in ("my_rewards", "broken_rewards"):
-        sys.modules.pop(name, None)
+    user_modules("broken_rewards", "import does_not_exist_anywhere\n")
 
 
 def test_custom_reward_imports(reward_module):
@@ -256,17 +252,14 @@ def test_a_builtin_task_that_fills_the_context_is_refused_too():
 
 
 @pytest.fixture
-def odd_rewards(tmp_path, monkeypatch):
-    (tmp_path / "odd_rewards.py").write_text(
+def odd_rewards(user_modules):
+    user_modules("odd_rewards",
         "def nan(completion, label):\n    return float('nan')\n"
         "def inf(completion, label):\n    return float('-inf')\n"
         "def text(completion, label):\n    return '1.0'\n"
         "def none(completion, label):\n    return None\n"
         "def flag(completion, label):\n    return completion == label\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield
-    sys.modules.pop("odd_rewards", None)
 
 
 def scored(function: str, path: str | None = None):
@@ -336,15 +329,12 @@ def test_records_fasync_cannot_train_on_are_refused_with_their_line(tmp_path, li
 
 
 @pytest.fixture
-def failing_rewards(tmp_path, monkeypatch):
-    (tmp_path / "failing_rewards.py").write_text(
+def failing_rewards(user_modules):
+    user_modules("failing_rewards",
         "def huge(completion, label):\n    return 1e308\n"
         "def raises(completion, label):\n    return int(completion) / 0\n"
         "def interrupts(completion, label):\n    raise KeyboardInterrupt\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield
-    sys.modules.pop("failing_rewards", None)
 
 
 @pytest.mark.parametrize("function, said", [

@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 
 import pytest
+from local_actors import LocalMethod
 from paths import REPO
 from sections import tiny_config
 
@@ -21,17 +22,6 @@ EXAMPLES = REPO / "examples" / "agentic"
 sys.path.insert(0, str(EXAMPLES))
 
 
-class Remote:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        async def call():
-            await asyncio.sleep(0)
-            return self.fn(*args)
-        return call()
-
-
 class ScriptedModel:
     """An engine whose every turn is `policy(conversation so far as text)`, then the turn's end; cut at the
     call's token budget like a real engine."""
@@ -39,7 +29,7 @@ class ScriptedModel:
     def __init__(self, tokenizer, policy):
         self.tokenizer, self.policy = tokenizer, policy
         self.end = tokenizer.stop_token_ids[-1]
-        self.generate = Remote(self._generate)
+        self.generate = LocalMethod(self._generate)
 
     def _generate(self, packed, params, token_budget=None):
         out = []
