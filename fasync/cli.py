@@ -213,7 +213,7 @@ def evaluate(
     run_dir: Annotated[str, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
     step: Annotated[int | None, typer.Option("--step", help="The checkpoint after this many optimizer steps "
                                              "(default: the newest).")] = None,
-    data: Annotated[str | None, typer.Option("--data", metavar="FILE", help="A JSONL file of prompts and labels "
+    data: Annotated[str | None, typer.Option("--data", metavar="FILE", help="A dataset file of prompts and labels "
                                              "to evaluate on (default: the run's eval set).")] = None,
     export: Annotated[str | None, typer.Option("--export", metavar="DIR", help="Evaluate the policy `fasync "
                                                "export` wrote to DIR instead of a checkpoint.")] = None,

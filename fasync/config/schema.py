@@ -387,8 +387,8 @@ class LoggingConfig(Section):
 
 class EvalConfig(Section):
     path: Optional[str] = Field(
-        None, description="JSONL file of held-out prompts, read like `data.path` (the same `data.prompt_key` and "
-        "`data.label_key`; a record's `data_source`, when it has one, groups the results). Null: "
+        None, description="Dataset file of held-out prompts, read like `data.path` (any of its formats, the same "
+        "`data.prompt_key` and `data.label_key`; a record's `data_source`, when it has one, groups the results). Null: "
         "`eval.held_out_prompts` of the training data, if any.",
     )
     held_out_prompts: int = Field(
