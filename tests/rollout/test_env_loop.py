@@ -4,12 +4,10 @@ conversation so far and answers, so that the loop's turns, tool calls, rewards, 
 from __future__ import annotations
 
 import asyncio
-import sys
 from dataclasses import replace
 
 import pytest
 from local_actors import LocalMethod
-from paths import REPO
 from sections import tiny_config
 
 from fasync.launch.plan import resolve
@@ -18,8 +16,7 @@ from fasync.rollout.tools import ToolCall, parse_hermes, run_tool_calls
 from fasync.rollout.trajectory import TrajectoryStats
 from fasync.wire import pack, unpack
 
-EXAMPLES = REPO / "examples" / "agentic"
-sys.path.insert(0, str(EXAMPLES))
+pytestmark = pytest.mark.usefixtures("agentic_examples")
 
 
 class ScriptedModel:
