@@ -6,39 +6,18 @@ from __future__ import annotations
 import json
 import textwrap
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import yaml
 from cli_runs import REPO, fasync
 from sections import tiny_sections
-from tiny_models import write_tiny_llama
-
-ROLE_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'][0] }} {{ m['content'] }} {% endfor %}"
-                 "{% if add_generation_prompt %}={% endif %}")
-"""A chat template that marks each message's role (`s`, `u`) so that a test sees the system prompt kept."""
+from tiny_models import ROLE_TEMPLATE, write_tiny_llama
+from verl_layout import write_verl_parquet
 
 COMPUTE_SCORE = textwrap.dedent("""
     def compute_score(data_source, solution_str, ground_truth, extra_info=None):
         assert data_source == "digits" and extra_info["split"] == "train", (data_source, extra_info)
         return float(solution_str.strip()[:1] == ground_truth[:1])
 """)
-
-
-def verl_rows(count: int) -> list[dict]:
-    """verl's RL dataset layout, as its gsm8k preprocessing writes it."""
-    return [{
-        "data_source": "digits",
-        "prompt": [{"role": "system", "content": "answer with digits"},
-                   {"role": "user", "content": f"what is {i % 10} plus one"}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str((i % 10 + 1) % 10)},
-        "extra_info": {"split": "train", "index": i},
-    } for i in range(count)]
-
-
-def write_verl_parquet(path, count: int = 12) -> None:
-    pq.write_table(pa.Table.from_pylist(verl_rows(count)), path)
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +38,7 @@ def sections(workload, mode: str) -> dict:
         reward={"function": "my_score:compute_score"},
         rollout={"batch_size": 4, "n_samples_per_prompt": 4, "max_new_tokens": 3},
         train={"global_batch_size": 16, "micro_batch_size": 8, "num_rollouts": 2},
+        eval={"held_out_prompts": 3, "every": 1, "samples_per_prompt": 2},
         mode=mode,
     )
     for key in ("n_layers", "d_model", "n_heads", "max_seq_len"):
@@ -92,5 +72,9 @@ def test_a_verl_workload_trains_unchanged(workload, tmp_path, mode):
     assert result.returncode == 0, result.stdout + result.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(0.0 <= r["reward_mean"] <= 1.0 for r in records)
+    # Evaluated every optimizer step on the 3 held-out records, per data_source too (the record's own key).
+    evaluated = [r for r in records if r.get("eval/pass@k") is not None]
+    assert evaluated and all(0.0 <= r["eval/pass@k"] <= 1.0 and r["eval/prompts"] == 3 for r in evaluated)
+    assert all(r["eval/digits/pass@k"] == r["eval/pass@k"] for r in evaluated)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["outcome"] == "finished" and not summary["ledger"]["dropped"].get("reward_failed")
