@@ -148,7 +148,12 @@ def render_migrate_md() -> str:
          "(the first branch, said as such, where a condition needs a command's output). Loops, `source`, `read` "
          "and `$(...)` are not run. `--env VAR=VALUE` supplies a variable the script expects from its environment "
          "(`--env 1=...` a positional argument); a setting whose value depends on a variable that stays unknown is "
-         "not written, and the header names each such variable with the `--env` flag that sets it."),
+         "not written, and the header names each such variable with the `--env` flag that sets it. Why an "
+         "evaluator of fasync's own rather than a parser's tree: measured on the corpus's 28 shell scripts, bashlex "
+         "0.18 parses 6; tree-sitter 0.26.1 with tree-sitter-bash 0.25.1 parses 27 without an error node, the 28th "
+         "(OpenRLHF's slurm script, whose `OPENRLHF_PATH=<OPENRLHF_ROOT_PATH>` placeholder bash itself rejects) "
+         "with one, recovered locally; either way the tree leaves the evaluation (defaults, arithmetic, arrays, "
+         "branches) to fasync, and the flags inside `bash -c \"...\"` are a string to parse again."),
         "",
         ("`tests/import_corpus/` holds 48 real, unmodified launch scripts and configs of the seven frameworks "
          "(fully-async and one-step-off recipes among them) with the mode, geometry, staleness, kept values and "
