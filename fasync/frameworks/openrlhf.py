@@ -181,7 +181,12 @@ def _reward(source: Source, out: Imported) -> None:
     if key is None:
         return
     value = source.get(key)
-    reference = str(value[0] if isinstance(value, list) and value else value)
+    references = [str(v) for v in value] if isinstance(value, list) else str(value).split(",")
+    reference = references[0]
+    if len(references) > 1:
+        out.need("reward.url", f"{source.cite(key)}: OpenRLHF spreads requests over {len(references)} servers; "
+                 "fasync posts to one reward.url (a load balancer in front of them)")
+        return
     if reference.startswith(("http://", "https://")):
         out.set("reward.url", reference, f"{source.cite(key)}: the server must answer fasync's batches "
                 "({\"items\": [...]} → {\"rewards\": [...]}), not OpenRLHF's {query, prompts, labels}")

@@ -60,7 +60,19 @@ EXAMPLES = {
     "use_vllm": True, "weight_sync_steps": 2, "queue_maxsize": 256, "max_tool_calling_iterations": 3,
     "reward_funcs": ["accuracy_reward"],
 }
-"""A value each converted key documents, by the key as the tables spell it."""
+EXAMPLES |= {
+    "actor_rollout_ref.model.lora_rank": 16, "actor_rollout_ref.model.lora_alpha": 32,
+    "actor_rollout_ref.model.target_modules": "all-linear", "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": 10, "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": 0.1,
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": "cosine", "actor_rollout_ref.actor.optim.warmup_style": "cosine",
+    "actor_rollout_ref.rollout.top_k": 20, "reward_model.overlong_buffer.enable": True,
+    "reward_model.overlong_buffer.len": 512, "reward_model.overlong_buffer.penalty_factor": 1.0,
+    "lr_decay_style": "cosine", "model.name": "/models/qwen", "lora_rank": 16, "lora_alpha": 32,
+    "target_modules": "all-linear", "importance_sampling_level": "token", "top_k": 20, "warmup_ratio": 0.1,
+    "lr_scheduler_type": "cosine",
+}
+"""A value each converted key documents, by the key as the tables spell it (the second part: the algorithm rows
+of the `algo` branch, merged beside this one)."""
 
 COMPANIONS = {
     "actor_rollout_ref.actor.kl_loss_coef": {"actor_rollout_ref.actor.use_kl_loss": True},

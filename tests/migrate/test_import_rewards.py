@@ -87,6 +87,8 @@ def test_a_remote_reward_server_is_reward_url(tmp_path):
     assert "not slime's one sample a request" in out.read_text()
     result, out = _import(tmp_path, "openrlhf", OPENRLHF.format("--remote_rm_url http://rm:5000/get_reward"))
     assert load_config(out).config.reward.url == "http://rm:5000/get_reward" and result.exit_code == 0, result.output
+    result, _ = _import(tmp_path, "openrlhf", OPENRLHF.format("--remote_rm_url http://a:5000/r,http://b:5000/r"))
+    assert _last(result).startswith("fasync import: set reward.url (") and "2 servers" in _last(result)
 
 
 def test_functions_of_the_frameworks_own_signature_are_asked_for_saying_how_to_adapt_them(tmp_path):
