@@ -166,7 +166,10 @@ def _reward(source: Source, out: Imported) -> None:
     if len(functions) == 1 and functions[0] in TRL_REWARDS:
         builtin, why = TRL_REWARDS[functions[0]]
         out.set("reward.function", builtin, f"{source.cite('reward_funcs')}: {why}")
-    elif functions and "environment_factory" not in source.values:  # an environment gives the reward
+    elif functions and "environment_factory" in source.values:
+        out.unmapped.append(("reward_funcs", functions, "with an environment_factory, TRL's reward functions read "
+                             "the environments' state: the rollout.env's steps give the reward"))
+    elif functions:
         out.need("reward.function", f"TRL's {source.cite('reward_funcs')}: TRL calls each as f(completions, "
                  "**columns) on a batch and sums them; fasync: one reward.function with reward.batched: true "
                  "naming `completion` and `label` (or `record`) lists, returning a list of floats")
