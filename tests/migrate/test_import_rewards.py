@@ -101,3 +101,12 @@ def test_functions_of_the_frameworks_own_signature_are_asked_for_saying_how_to_a
     assert "reward_func:reward_func" in _last(result) and "reward.batched: true" in _last(result)
     result, _ = _import(tmp_path, "openrlhf", OPENRLHF.format("--agent_func_path /work/agent_func.py"))
     assert _last(result).startswith("fasync import: set rollout.env (") and "reward.function" not in _last(result)
+
+
+def test_check_names_a_pasted_configs_functions_to_adapt(tmp_path):
+    config = tmp_path / "slime.yaml"
+    config.write_text("rollout_max_response_len: 1024\nnum_rollout: 100\nrollout_num_gpus_per_engine: 1\n"
+                      "rollout_temperature: 0.8\nclip_grad: 1.0\ntis_clip: 2.0\ncustom_rm_path: retool.reward_func\n")
+    foreign = [d for d in load_config(config).diagnostics if d.code == "F008"]
+    assert len(foreign) == 1 and foreign[0].message.endswith("1 name a function to adapt")
+    assert "to adapt (docs/migrate.md): `custom_rm_path` → `reward.function`" in foreign[0].help
