@@ -110,3 +110,13 @@ def test_check_names_a_pasted_configs_functions_to_adapt(tmp_path):
     foreign = [d for d in load_config(config).diagnostics if d.code == "F008"]
     assert len(foreign) == 1 and foreign[0].message.endswith("1 name a function to adapt")
     assert "to adapt (docs/migrate.md): `custom_rm_path` → `reward.function`" in foreign[0].help
+
+
+def test_trls_reward_model_id_is_not_supported(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("from trl import GRPOConfig, GRPOTrainer\n"
+                      "args = GRPOConfig(output_dir='out', num_generations=4, per_device_train_batch_size=8)\n"
+                      "trainer = GRPOTrainer(model='/models/qwen', args=args, reward_funcs=['org/reward-model'])\n")
+    result = CliRunner().invoke(app, ["import", "trl", str(script)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and "a learned reward model (reward_funcs org/reward-model)" in lines[0]
