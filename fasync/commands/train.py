@@ -73,15 +73,15 @@ class Linted(NamedTuple):
     """The exit code when the run must not go on."""
 
 
-def load_and_lint(path: str, overrides: Sequence[str]) -> Linted:
-    """Load, derive and lint."""
+def load_and_lint(path: str, overrides: Sequence[str], config_dir: Path | None = None) -> Linted:
+    """Load, derive and lint; the config's own modules are looked for in `config_dir` (default: beside `path`)."""
     from fasync.config.loader import load_config
     from fasync.lint.engine import lint
     from fasync.lint.formats import render
 
     loaded = load_config(path, overrides)
     model = derive_with_model(loaded.config) if loaded.config is not None else None
-    diagnostics = lint(loaded, derived=model[1]) if model is not None else loaded.diagnostics
+    diagnostics = lint(loaded, derived=model[1], config_dir=config_dir) if model is not None else loaded.diagnostics
     if diagnostics:
         _echo(render(diagnostics, "text", summary=False))
     if loaded.config is None:
@@ -151,7 +151,9 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         saved_config = directory / "config.yaml"
         if config_path is None:
             _work_where_started(directory)
-        cfg, raw, model, failed = load_and_lint(config_path or str(saved_config), overrides)
+        # Without a config, the reward is looked for beside the config the run started from.
+        started_from = Path(config_path).parent if config_path else rundir.recorded_dir(directory, "config_dir")
+        cfg, raw, model, failed = load_and_lint(config_path or str(saved_config), overrides, started_from)
         if failed is not None:
             return failed
         changes, failed = _allowed_changes(saved_config, cfg, allowed)
@@ -165,8 +167,6 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
 
         state = load_driver_state(found, driver_state_types())  # a corrupt driver.pt fails here, before Ray starts
         resolved = resolve(cfg, model)
-        # Without a config, the reward is looked for beside the config the run started from.
-        started_from = Path(config_path).parent if config_path else rundir.recorded_dir(directory, "config_dir")
         data = build_data(resolved, started_from or directory)
         if data is None:
             return ExitCode.FAILED

@@ -44,17 +44,21 @@ def matches(code: str, patterns: Sequence[str]) -> bool:
 
 
 def lint(result: LoadResult, select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
-         derived: Derived | None = None) -> list[Diagnostic]:
+         derived: Derived | None = None, config_dir: Path | None = None) -> list[Diagnostic]:
     """The load diagnostics plus those of every selected rule, of E007 (a requested tracker that is not
     installed) and of E010 (a reward module that is not there), ordered by file and position. A config that did
     not load as written is linted as far as it did load (`LoadResult.partial`). `derived`: the loaded config's
-    derived quantities where the caller has them (`fasync train` derives once for the lint and the run)."""
+    derived quantities where the caller has them (`fasync train` derives once for the lint and the run).
+    `config_dir`: where the config's own modules are looked for, when not beside the file loaded (a resumed run
+    reads its saved config; its reward sits beside the config it started from)."""
     found = list(result.diagnostics)
     config = result.config or result.partial
     if config is not None:
         ignored = list(ignore or ()) + list(config.lint.ignore)
         found += _rule_diagnostics(result, config, select, ignored, derived if result.config is not None else None)
-        for code, check in ((TRACKERS_MISSING, missing_trackers), (REWARD_UNRESOLVED, unresolved_reward)):
+        checks = ((TRACKERS_MISSING, missing_trackers),
+                  (REWARD_UNRESOLVED, lambda loaded: unresolved_reward(loaded, config_dir)))
+        for code, check in checks:
             if (not select or matches(code, select)) and not matches(code, ignored):
                 found += check(result)
     return sorted(found, key=_position)

@@ -34,11 +34,11 @@ def missing_trackers(result: LoadResult) -> list[Diagnostic]:
             for name in missing(result.config.logging.backends)]
 
 
-def unresolved_reward(result: LoadResult) -> list[Diagnostic]:
+def unresolved_reward(result: LoadResult, config_dir: Path | None = None) -> list[Diagnostic]:
     """E010 for a `reward.function` that names no built-in and no module fasync could import: looked up where
-    `fasync train` looks (the import path, then the working directory and the config's directory) without
-    importing anything (a reward module may import torch), so `fasync check` and `fasync train` run it on every
-    config. `--preflight` imports it."""
+    `fasync train` looks (the import path, then the working directory and the config's directory: `config_dir`, or
+    the loaded file's) without importing anything (a reward module may import torch), so `fasync check` and
+    `fasync train` run it on every config. `--preflight` imports it."""
     from importlib.machinery import PathFinder
 
     from fasync.data.rewards import BUILTIN_REWARDS, build_reward
@@ -54,7 +54,8 @@ def unresolved_reward(result: LoadResult) -> list[Diagnostic]:
         except ConfigurationError as error:
             return [finding(result, "E010", "reward.function", str(error).removeprefix("reward.function: "))]
     top = module.split(".")[0]
-    places = [*sys.path, str(Path.cwd()), str(Path(result.provenance.top_file).resolve().parent)]
+    config_dir = config_dir if config_dir is not None else Path(result.provenance.top_file).parent
+    places = [*sys.path, str(Path.cwd()), str(config_dir.resolve())]
     if top in sys.modules or top in sys.builtin_module_names or PathFinder.find_spec(top, places) is not None:
         return []
     return [finding(result, "E010", "reward.function", f"`reward.function` {cfg.reward.function}: no module "
