@@ -137,15 +137,17 @@ def render_migrate_md() -> str:
          "names what to set and where the import looked). `-o` refuses a directory, a missing folder and its own "
          "SOURCE."),
         "",
-        ("**Launch scripts** are evaluated, not run (fasync/shell.py): `NAME=value`, `export`, `${VAR:-default}` "
-         "(nested, also `${VAR:=...}`, `${VAR,,}`), `$((arithmetic))` over the script's variables, arrays `X=( ... )` "
-         "and `\"${X[@]}\"`, quotes, comments and line continuations; the training command is found inside "
-         "`bash -c \"...\"`, `srun`, `ray job submit ... --`, `torchrun`, `accelerate launch` and `python -m`. An "
-         "`if`/`elif`/`else` takes the branch the script's own values select, and the config's header says which "
-         "(the first branch, said as such, where a condition needs a command's output). Loops, `source`, `read` "
-         "and `$(...)` are not run. `--env VAR=VALUE` supplies a variable the script expects from its environment "
-         "(`--env 1=...` a positional argument); a setting whose value depends on a variable that stays unknown is "
-         "not written, and the header names each such variable with the `--env` flag that sets it."),
+        ("**Launch scripts** are parsed with tree-sitter-bash and evaluated, not run (fasync/shell.py): "
+         "`NAME=value`, `export`, `${VAR:-default}` (nested, also `${VAR:=...}`, `${VAR,,}`), `$((arithmetic))` over "
+         "the script's variables, arrays `X=( ... )` and `\"${X[@]}\"`, quotes, comments and line continuations; the "
+         "training command is found inside `bash -c \"...\"`, `srun`, `ray job submit ... --`, `torchrun`, `accelerate "
+         "launch` and `python -m`. An `if`/`elif`/`else` takes the branch the script's own values select, and the "
+         "config's header says which (the first branch, said as such, where a condition needs a command's output). "
+         "Loops, `source`, `read` and `$(...)` are not run. `--env VAR=VALUE` supplies a variable the script expects "
+         "from its environment (`--env 1=...` a positional argument); a setting whose value depends on a variable "
+         "that stays unknown is not written, and the header names each such variable with the `--env` flag that sets "
+         "it. A line that is not valid bash (a `<PLACEHOLDER>` left for the user to fill in) is left out, and the "
+         "header names its file and line; the rest of the script is read as usual."),
         "",
         ("`tests/import_corpus/` holds 48 real, unmodified launch scripts and configs of the seven frameworks "
          "(fully-async and one-step-off recipes among them) with the mode, geometry, staleness, kept values and "
