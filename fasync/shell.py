@@ -35,9 +35,9 @@ _BLOCKS = {"program", "list", "pipeline", "variable_assignments", "compound_stat
            "negated_command", "function_definition", "case_statement", "case_item"}
 """Nodes whose statements run in order (a function's body is read where it is defined; every case is read)."""
 _REDIRECTS = {"file_redirect", "heredoc_redirect", "herestring_redirect"}
-_PASSES = 8
-"""Parses of one script with its invalid lines left out: enough for the few a real script holds; a file of
-errors is read around after that instead of parsed once per line."""
+_PASSES = 32
+"""Parses of one script with its invalid lines left out: a TrlParser docstring, prose around its command lines,
+takes a dozen; a file of errors is read around after that instead of parsed once per line."""
 _NAMED = 5
 """Invalid lines named one by one in the notes; more are counted."""
 _SHOWN = 100
@@ -190,7 +190,7 @@ class _Evaluator:
         elif kind == "redirected_statement":
             body = node.child_by_field_name("body")
             if body is not None and body.type == "command":
-                self.command(body, [child for child in node.children if child.type in _REDIRECTS])
+                self.command(body, tuple(child for child in node.children if child.type in _REDIRECTS))
             elif body is not None:
                 self.statement(body)
         elif kind == "variable_assignment":
@@ -218,7 +218,7 @@ class _Evaluator:
             expanded = " ".join(self.fields(value, splitting=False))
         _assign(self.script, self.of(name), expanded, append=any(child.type == "+=" for child in node.children))
 
-    def command(self, node: Node, redirects: list[Node] = ()) -> None:
+    def command(self, node: Node, redirects: tuple[Node, ...] = ()) -> None:
         """A command, with the redirections that follow it (the words after a redirection's target are the
         command's arguments still: `python x.py --url https://<host> --model M`)."""
         words: list[str] = []
@@ -228,7 +228,7 @@ class _Evaluator:
             elif child.type in _REDIRECTS:
                 words += self.arguments_after(child)
             elif child.type not in ("comment", "ERROR"):
-                words += self.fields(child.named_children[0] if child.type == "command_name" else child)
+                words += self.fields(child)
         if not words:
             return
         program = words[0]
@@ -272,7 +272,7 @@ class _Evaluator:
     def condition_words(self, node: Node) -> list[str]:
         if node.type == "command":
             return [word for child in node.named_children if child.type not in _REDIRECTS
-                    for word in self.fields(child.named_children[0] if child.type == "command_name" else child)]
+                    for word in self.fields(child)]
         if node.type in _CONDITIONS:
             return [word for child in node.children if child.type not in _REDIRECTS
                     for word in (self.condition_words(child) if child.is_named else [child.type])]
@@ -287,7 +287,10 @@ class _Evaluator:
 
     def add(self, node: Node, built: _Fields) -> None:
         kind = node.type
-        if kind == "concatenation":
+        if kind == "command_name":
+            for child in node.named_children:
+                self.add(child, built)
+        elif kind == "concatenation":
             position = node.start_byte
             for child in node.children:
                 if child.start_byte > position:
