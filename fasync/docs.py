@@ -140,20 +140,19 @@ def render_migrate_md() -> str:
          "nearest to them, each framework's paragraph below says which. `-o` refuses a directory, a missing "
          "folder and its own SOURCE."),
         "",
-        ("**Launch scripts** are evaluated, not run (fasync/shell.py): `NAME=value`, `export`, `${VAR:-default}` "
-         "(nested, also `${VAR:=...}`, `${VAR,,}`), `$((arithmetic))` over the script's variables, arrays `X=( ... )` "
-         "and `\"${X[@]}\"`, quotes, comments and line continuations; the training command is found inside "
-         "`bash -c \"...\"`, `srun`, `ray job submit ... --`, `torchrun`, `accelerate launch` and `python -m`. An "
-         "`if`/`elif`/`else` takes the branch the script's own values select, and the config's header says which "
-         "(the first branch, said as such, where a condition needs a command's output). Loops, `source`, `read` "
-         "and `$(...)` are not run. `--env VAR=VALUE` supplies a variable the script expects from its environment "
-         "(`--env 1=...` a positional argument); a setting whose value depends on a variable that stays unknown is "
-         "not written, and the header names each such variable with the `--env` flag that sets it. Why an "
-         "evaluator of fasync's own rather than a parser's tree: measured on the corpus's 28 shell scripts, bashlex "
-         "0.18 parses 6; tree-sitter 0.26.1 with tree-sitter-bash 0.25.1 parses 27 without an error node, the 28th "
-         "(OpenRLHF's slurm script, whose `OPENRLHF_PATH=<OPENRLHF_ROOT_PATH>` placeholder bash itself rejects) "
-         "with one, recovered locally; either way the tree leaves the evaluation (defaults, arithmetic, arrays, "
-         "branches) to fasync, and the flags inside `bash -c \"...\"` are a string to parse again."),
+        ("**Launch scripts** are parsed with tree-sitter-bash and evaluated, not run (fasync/shell.py): "
+         "`NAME=value`, `export`, `${VAR:-default}` (nested, also `${VAR:=...}`, `${VAR,,}`), `$((arithmetic))` over "
+         "the script's variables, arrays `X=( ... )` and `\"${X[@]}\"`, quotes, comments and line continuations; the "
+         "training command is found inside `bash -c \"...\"`, `srun`, `ray job submit ... --`, `torchrun`, `accelerate "
+         "launch` and `python -m`. An `if`/`elif`/`else` takes the branch the script's own values select, and the "
+         "config's header says which (the first branch, said as such, where a condition needs a command's output). "
+         "Loops, `source`, `read` and `$(...)` are not run. `--env VAR=VALUE` supplies a variable the script expects "
+         "from its environment (`--env 1=...` a positional argument); a setting whose value depends on a variable "
+         "that stays unknown is not written, and the header names each such variable with the `--env` flag that sets "
+         "it. A line that is not valid bash (a `<PLACEHOLDER>` left for the user to fill in) is left out, and the "
+         "header names its file and line; the rest of the script is read as usual. Measured on the corpus's 28 shell "
+         "scripts, tree-sitter-bash parses 27 without an error node (the 28th, OpenRLHF's slurm script, holds a "
+         "placeholder bash itself rejects) where bashlex 0.18 parsed 6."),
         "",
         ("`tests/import_corpus/` holds 48 real, unmodified launch scripts and configs of the seven frameworks "
          "(fully-async and one-step-off recipes among them) with the mode, geometry, staleness, kept values and "

@@ -166,7 +166,7 @@ def _read_file(path: Path, source: Source, environment: dict[str, str]) -> dict[
             return _words_to_settings(words, source.framework.hydra)
         except SyntaxError as error:
             raise ImportFailure(f"{path}:{error.lineno}: not valid Python ({error.msg})") from None
-    script = shell.evaluate(text, environment)
+    script = shell.evaluate(text, environment, origin=str(path))
     source.notes += script.notes
     source.variables.update({name: value for name, value in script.variables.items() if isinstance(value, str)})
     command = script.training_command()

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from paths import LOADER_CONFIGS, REPO
+from paths import LOADER_CONFIGS, REPO, TESTS
 
 HEAVY = {"torch", "ray", "vllm", "matplotlib", "tensorboard", "wandb", "mlflow"}
 CONFIG = LOADER_CONFIGS / "grandchild.yaml"
@@ -30,6 +30,7 @@ def imported_modules(*args: str) -> set[str]:
     ("rules",),
     ("schema",),
     ("simulate", str(CONFIG), "train.num_rollouts=5"),
+    ("import", "verl", str(TESTS / "import_corpus" / "verl" / "dapo_7b_math_fsdp2_8_8.sh")),  # tree-sitter-bash
 ], ids=lambda a: " ".join(a[:2]))
 def test_no_heavy_imports(args):
     assert imported_modules(*args) & HEAVY == set()

@@ -90,3 +90,25 @@ def test_arithmetic_bombs_stay_unknown():
     _, keywords = config_keywords("X = [1] * 10**9\nY = 'a' * 10**9\nZ = 9 ** 9 ** 9\nN = 4 * 8\n"
                                   "GRPOConfig(a=X, b=Y, c=Z, n=N)\n", {})
     assert keywords == {"n": 32}
+
+
+def test_a_line_bash_rejects_is_left_out_and_named_with_its_file_and_line():
+    """A `<PLACEHOLDER>` left for the user is not bash (tree-sitter-bash finds an error there): the line is read as
+    if it were absent, the note names it, and the rest of the script is evaluated as usual."""
+    script, program, words = _command("ROOT=<PATH_TO_ROOT>\nN=${N:-4}\npython3 train.py --n $N --root $ROOT\n")
+    assert (program, words[:3]) == ("train.py", ["--n", "4", "--root"])
+    assert unknown_in(script.training_command().words[3]) == ["${ROOT}"]
+    script = evaluate("ROOT=<PATH_TO_ROOT>\n", origin="run.sh")
+    assert script.notes == ["run.sh:1: not valid bash (`ROOT=<PATH_TO_ROOT>`): left out"]
+
+
+def test_words_after_a_redirection_are_still_arguments():
+    """`--url https://<host>.hf.space` is two redirections to bash; the words after them still belong to the
+    command."""
+    _, _, words = _command("python3 train.py --url https://<host>.hf.space --model m 2>&1\n")
+    assert words == ["--url", "https://", "--model", "m"]
+
+
+def test_nesting_deeper_than_python_recurses_is_a_note():
+    script = evaluate("X=" + "${A:-" * 3000 + "z" + "}" * 3000 + "\npython3 train.py\n")
+    assert any("nested deeper" in note for note in script.notes)
