@@ -4,8 +4,10 @@ in a subprocess from the repository."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -40,3 +42,41 @@ MODES = {
     "fully_async": {"async": {"max_weight_staleness": 2, "partial_rollout": True},
                     "correction": {"level": "token"}},
 }
+
+
+def start_train(config: Path | None, out: Path | None, *extra: str) -> subprocess.Popen:
+    """`fasync train [extra] [CONFIG --run-dir OUT]` in its own session, so that killing the session's processes
+    kills the run and the Ray cluster it started."""
+    run = [*([str(config), "--run-dir", str(out)] if config else [])]
+    return subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", *extra, *run], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def newest_checkpoint(out: Path) -> int:
+    """The step of the run's newest checkpoint; -1 when it has none."""
+    found = sorted((out / "checkpoints").glob("step-*")) if (out / "checkpoints").is_dir() else []
+    return max((int(path.name.split("-")[1]) for path in found), default=-1)
+
+
+def kill_after_a_checkpoint(process: subprocess.Popen, out: Path, steps_after: int = 1) -> int:
+    """SIGKILL the run `start_train` started (its whole session: the driver and its Ray processes) once it has a
+    checkpoint after a step and `steps_after` step rows past it; returns the newest checkpoint's step."""
+    from fasync.metrics.writer import read_metrics
+
+    deadline = time.monotonic() + 240
+    try:
+        while True:
+            assert process.poll() is None, f"the run ended before it was killed:\n{process.stdout.read()}"
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            step = newest_checkpoint(out)
+            rows = len(read_metrics(out / "metrics.jsonl")) if (out / "metrics.jsonl").exists() else 0
+            if step >= 1 and rows >= step + steps_after:
+                break
+            time.sleep(0.05)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.communicate()
+    return newest_checkpoint(out)

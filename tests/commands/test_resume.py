@@ -8,14 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from cli_runs import MODES, REPO, fasync, write_config
+from cli_runs import MODES, fasync, kill_after_a_checkpoint, start_train, write_config
 
 from fasync.metrics.writer import read_metrics
 
@@ -30,39 +26,6 @@ SLOW_ROLLOUTER = {"async": {**MODES["fully_async"]["async"], "tokens_per_call": 
 def config_for(tmp_path: Path, mode: str) -> Path:
     sections = {**MODES[mode], **SETTINGS, **(SLOW_ROLLOUTER if mode == "fully_async" else {})}
     return write_config(tmp_path, name=f"{mode}.yaml", mode=mode, **sections)
-
-
-def checkpoints(out: Path) -> list[Path]:
-    return sorted((out / "checkpoints").glob("step-*")) if (out / "checkpoints").is_dir() else []
-
-
-def kill_after_a_checkpoint(config: Path, out: Path, steps_after: int = 2) -> int:
-    """Start `fasync train`, SIGKILL it once a checkpoint exists and `steps_after` more steps were written;
-    returns the step of the newest checkpoint at the kill."""
-    process = subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", str(config), "--run-dir", str(out)],
-                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
-    deadline = time.monotonic() + 240
-    try:
-        while True:
-            assert process.poll() is None, f"the run ended before it was killed:\n{process.stdout.read()}"
-            assert time.monotonic() < deadline, "no checkpoint within 240 s"
-            found = checkpoints(out)
-            steps = len(read_metrics(out / "metrics.jsonl")) if (out / "metrics.jsonl").exists() else 0
-            if found and steps >= int(found[-1].name.split("-")[1]) + steps_after:
-                break
-            time.sleep(0.05)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-    finally:
-        # The Ray cluster the killed run started goes too (its own session's processes).
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.stdout.close()
-    assert not (out / "summary.json").exists()
-    return int(checkpoints(out)[-1].name.split("-")[1])
 
 
 def trained_ids(out: Path) -> list[str]:
@@ -102,12 +65,13 @@ def check_resumed(out: Path, resumed_at: int, steps_before: int) -> None:
 @pytest.mark.parametrize("mode", ["async", "fully_async"])
 def test_a_killed_run_resumes_reaches_the_target_and_trains_no_group_twice(tmp_path, mode):
     config, out = config_for(tmp_path, mode), tmp_path / "out"
-    resumed_at = kill_after_a_checkpoint(config, out)
+    resumed_at = kill_after_a_checkpoint(start_train(config, out), out, steps_after=2)
+    assert not (out / "summary.json").exists()
     steps_before = len(read_metrics(out / "metrics.jsonl"))
     assert steps_before > resumed_at
     import torch
 
-    mode_state = torch.load(checkpoints(out)[-1] / "driver.pt", weights_only=False)["mode"]
+    mode_state = torch.load(out / "checkpoints" / f"step-{resumed_at:08d}" / "driver.pt", weights_only=False)["mode"]
     if mode == "fully_async":
         assert mode_state["rollouter"]["waiting"], "the checkpoint holds no queued group"
     else:
@@ -125,7 +89,8 @@ def test_a_killed_and_resumed_sync_run_repeats_the_uninterrupted_run_exactly(tmp
     config = config_for(tmp_path, "sync")
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     assert fasync("train", str(config), "--run-dir", str(whole)).returncode == 0
-    resumed_at = kill_after_a_checkpoint(config, broken)
+    resumed_at = kill_after_a_checkpoint(start_train(config, broken), broken, steps_after=2)
+    assert not (broken / "summary.json").exists()
     steps_before = len(read_metrics(broken / "metrics.jsonl"))
     assert fasync("train", "--resume", str(broken)).returncode == 0
     check_resumed(broken, resumed_at, steps_before)

@@ -6,16 +6,13 @@ built once, by short real runs (the resumes among them), and shared by the tests
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from cli_runs import MODES, REPO, write_config
+from cli_runs import MODES, REPO, kill_after_a_checkpoint, start_train, write_config
 from typer.testing import CliRunner
 
 from fasync.cli import app
@@ -40,49 +37,15 @@ def score(completion: str, label: str) -> float:
 '''
 
 
-def start(config: Path, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", *extra, *([str(config)] if config else []),
-                             *(["--run-dir", str(out)] if config else [])],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-
-
 def finish(process: subprocess.Popen, expected: int) -> None:
     output, _ = process.communicate(timeout=300)
     assert process.returncode == expected, output
 
 
-def newest_checkpoint(out: Path) -> int:
-    found = sorted((out / "checkpoints").glob("step-*")) if (out / "checkpoints").is_dir() else []
-    return int(found[-1].name.split("-")[1]) if found else -1
-
-
-def kill_after_a_checkpoint(process: subprocess.Popen, out: Path) -> int:
-    """SIGKILL the run (and its Ray processes) once a checkpoint exists and a step after it was written; returns
-    the checkpoint's step."""
-    deadline = time.monotonic() + 240
-    try:
-        while True:
-            assert process.poll() is None, f"the run ended before it was killed:\n{process.stdout.read()}"
-            assert time.monotonic() < deadline, "no checkpoint within 240 s"
-            step = newest_checkpoint(out)
-            rows = len(read_metrics(out / "metrics.jsonl")) if (out / "metrics.jsonl").exists() else 0
-            if step >= 1 and rows > step:
-                break
-            time.sleep(0.05)
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.communicate()
-    return newest_checkpoint(out)
-
-
 def resume(source: Path, out: Path, rollouts: int) -> None:
     """Copy the run in `source` to `out` and resume it there for `rollouts` rollouts in all."""
     shutil.copytree(source, out)
-    finish(start(None, out, "--resume", str(out), f"train.num_rollouts={rollouts}",
+    finish(start_train(None, out, "--resume", str(out), f"train.num_rollouts={rollouts}",
                  "--allow-config-change", "train.num_rollouts"), 0)
 
 
@@ -98,9 +61,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                                       **{**SHORT, "train": {**SHORT["train"], "num_rollouts": 20}})
     out = {name: base / name for name in ("sync", "async", "fully_async", "killed", "failed")}
     # Independent runs start together: their Ray start-ups overlap.
-    started = {name: start(configs[name], out[name]) for name in MODES}
-    started["failed"] = start(configs["failing"], out["failed"])
-    killed_at = kill_after_a_checkpoint(start(configs["long"], out["killed"]), out["killed"])
+    started = {name: start_train(configs[name], out[name]) for name in MODES}
+    started["failed"] = start_train(configs["failing"], out["failed"])
+    killed_at = kill_after_a_checkpoint(start_train(configs["long"], out["killed"]), out["killed"])
     for name, expected in (("sync", 0), ("async", 0), ("fully_async", 0), ("failed", 1)):
         finish(started[name], expected)
     out["resumed"], out["resumed twice"] = base / "resumed", base / "resumed-twice"
