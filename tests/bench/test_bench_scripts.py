@@ -89,10 +89,11 @@ def test_memory_is_summed_over_the_process_and_its_descendants():
         while deadline and peer.tree_pss(os.getpid())[1].get("python -c", 0) < 60 * 2**20:
             deadline -= 1
             subprocess.run(["sleep", "0.05"])
-        total, by_name = peer.tree_pss(os.getpid())
-        alone, _ = peer.tree_pss(child.pid)
+        total, by_name, count = peer.tree_pss(os.getpid())
+        alone, _, alone_count = peer.tree_pss(child.pid)
         assert alone >= 64 * 2**20 and total > alone
         assert sum(by_name.values()) == total
+        assert alone_count == 1 and count >= 2
         assert peer.process_name(child.pid) == "python -c"
     finally:
         child.kill()
