@@ -89,38 +89,47 @@ def render(results: dict, repeats: int, steps: int, before: str) -> str:
     def top(result: dict) -> str:
         return ", ".join(f"{name} {size}" for name, size in list(result["peak_by_process_mib"].items())[:6])
 
+    def against_before(mode: str, checkout: str, key: str) -> str:
+        ours, theirs = (median([r[key] for r in runs[name][mode]]) for name in (checkout, checkouts[0]))
+        return fmt(ours / theirs, 2) if checkout != checkouts[0] and ours and theirs else "—"
+
     steps_rows = []
     for mode in modes:
         for checkout in checkouts:
             found = runs[checkout][mode]
+            if not found:
+                continue
             first, peak = median([r["first_step_s"] for r in found]), median([r["peak_pss_gib"] for r in found])
             steps_rows.append([mode, checkout, max(r["exit"] for r in found),
                                spread([r["first_step_s"] for r in found], 1),
+                               against_before(mode, checkout, "first_step_s"),
                                fmt(first / TRL_FIRST_STEP_S, 2) if first else "—",
                                spread([r.get("before_metrics_s") for r in found], 1),
                                spread([r["peak_pss_gib"] for r in found], 2),
+                               against_before(mode, checkout, "peak_pss_gib"),
                                fmt(peak / TRL_PEAK_PSS_GIB, 2) if peak else "—",
                                spread([r["peak_processes"] for r in found], 0), top(found[0])])
     ray_rows = [[checkout, spread([r.get("ray_init_s") for r in runs[checkout]["ray"]], 1),
                  spread([r["peak_pss_gib"] for r in runs[checkout]["ray"]], 2),
                  spread([r["peak_processes"] for r in runs[checkout]["ray"]], 0), top(runs[checkout]["ray"][0])]
-                for checkout in checkouts]
+                for checkout in checkouts if runs[checkout]["ray"]]
     data_rows = [[checkout, spread([d["data_s"] for d in results["data"][checkout]], 2),
                   ", ".join(results["data"][checkout][0]["loaded"]) or "none of them",
                   ", ".join(f"{name} {seconds:.2f}" for name, seconds in results["data"][checkout][0]["imports"].items())]
-                 for checkout in checkouts]
+                 for checkout in checkouts if results["data"][checkout]]
     load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
     return "\n\n".join([
-        f"{measured(sys.argv)}; load average at the end {load}. \"before\" is `{before}`, \"after\" this commit; "
+        f"{measured(sys.argv)}; load average at the end {load}. \"before\" is {before}, \"after\" this commit; "
         f"each round ran both checkouts in turn, {repeats} rounds, each run at most {steps} optimizer steps; each "
         "cell is the median with the range in brackets. The model, data and settings are bench/peer_trl.py's "
         f"(`{' '.join(FASYNC_COMMON)} model.path=MODEL`, per mode its example config). TRL's figures "
         f"({TRL_FIRST_STEP_S} s to the first step, {TRL_PEAK_PSS_GIB} GiB peak PSS) are its medians in the "
-        "table above, measured on a quiet machine; the ratios divide by them.",
+        "table above, measured on a quiet machine: the × TRL columns divide by them, and mean something only where "
+        "this run's machine was quiet too; \"÷ before\" compares the checkouts, which shared the machine's state.",
         "First step (from the process's start to its first step record) and peak PSS (summed over the driver, "
         "Ray's processes and the actors; processes counted at the peak, the largest in MiB from the first run):",
-        table(["mode", "checkout", "exit (worst)", "first step (s)", "× TRL", "before the metrics file (s)",
-               "peak PSS (GiB)", "× TRL", "processes", "largest processes at the peak (MiB)"], steps_rows),
+        table(["mode", "checkout", "exit (worst)", "first step (s)", "÷ before", "× TRL", "before the metrics file (s)",
+               "peak PSS (GiB)", "÷ before", "× TRL", "processes", "largest processes at the peak (MiB)"], steps_rows),
         "Ray alone, started as `fasync train` starts it for this config, then idle for 3 s:",
         table(["checkout", "`ray.init` (s)", "peak PSS (GiB)", "processes", "largest processes (MiB)"], ray_rows),
         "The driver's data side before Ray starts (load and lint the config, resolve it, build the prompts, "
@@ -134,14 +143,25 @@ def render(results: dict, repeats: int, steps: int, before: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, required=True, help="A checkout of the code to compare with.")
+    parser.add_argument("--before-is", default=None, help="What that checkout is, for the page (default: its path).")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30, help="Most optimizer steps per run.")
     parser.add_argument("--modes", nargs="+", default=["sync", "fully_async"])
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=None, help="Keep the runs here (default: a temporary folder).")
     parser.add_argument("--no-write", action="store_true", help="Print only; leave docs/benchmarks.md alone.")
+    parser.add_argument("--render", type=Path, default=None,
+                        help="Only render the tables from the results.json an earlier run left in its --out.")
     args = parser.parse_args()
     checkouts = {"before": args.before.resolve(), "after": ROOT}
+    if args.render is not None:
+        saved = json.loads(args.render.read_text())
+        text = render(saved, max(len(runs) for runs in saved["data"].values()), args.steps,
+                      args.before_is or str(args.before))
+        print(text)
+        if not args.no_write:
+            write_block(DOC, "startup", text, "`python bench/startup.py`")
+        return 0
     with tempfile.TemporaryDirectory(prefix="fasync-startup-") as scratch:
         out = args.out or Path(scratch)
         model = write_model(out / "model")
@@ -157,7 +177,7 @@ def main() -> int:
                           f"{fmt(result['first_step_s'], 2)} s, peak {result['peak_pss_gib']:.2f} GiB in "
                           f"{result['peak_processes']} processes", flush=True)
                 (out / "results.json").write_text(json.dumps(results, indent=1))
-        text = render(results, args.repeat, args.steps, str(args.before))
+        text = render(results, args.repeat, args.steps, args.before_is or str(args.before))
     print(text)
     if not args.no_write:
         write_block(DOC, "startup", text, "`python bench/startup.py`")

@@ -300,8 +300,8 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     # A process-group SIGTERM (a scheduler's stop) reaches the driver only, which stops cleanly on the cluster.
     # The cluster's processes take the workers' environment from the driver's as ray.init starts them, rather
-    # than from a runtime environment: a job with one cannot use the workers the raylet prestarts without it,
-    # and would start new ones for its actors beside them (issue 31 §5).
+    # than from the job's runtime environment, whose agent sets up every actor's worker first: the actors were
+    # ready in 3 s instead of 6-10 s (issue 31 §5, docs/benchmarks.md#start-up-and-footprint).
     with ray_processes_in_their_own_session(), _environment(_worker_env()):
         ray.init(address="local", num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
                  include_dashboard=False, **common)
