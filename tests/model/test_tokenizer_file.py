@@ -37,6 +37,12 @@ def test_a_plain_tokenizer_file_is_what_auto_tokenizer_serves(plain_dir):
                 assert plain.decode(ids, skip_special_tokens=skip) == auto.decode(ids, skip_special_tokens=skip)
 
 
+def test_an_export_saves_the_plain_file_as_transformers_saves_it(plain_dir, tmp_path):
+    PlainTokenizerFile.load(plain_dir).save_pretrained(tmp_path)
+    saved = transformers.AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    assert saved.encode("12+3=", add_special_tokens=True) == PlainTokenizerFile.load(plain_dir).encode("12+3=")
+
+
 def test_hf_tokenizer_reads_a_plain_file_the_same_either_way(plain_dir, monkeypatch):
     style = PromptStyle(system_prompt="sys")
     fast = HFTokenizer(str(plain_dir), style)
