@@ -173,8 +173,9 @@ def process_name(pid: int) -> str:
     return program
 
 
-def tree_pss(root: int) -> tuple[int, dict[str, int]]:
-    """PSS in bytes of `root` and every process descended from it: the total, and by `process_name`."""
+def tree_pss(root: int) -> tuple[int, dict[str, int], int]:
+    """PSS in bytes of `root` and every process descended from it: the total, by `process_name`, and how many
+    processes there are."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -184,7 +185,7 @@ def tree_pss(root: int) -> tuple[int, dict[str, int]]:
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(entry))
-    total, by_name, stack = 0, {}, [root]
+    total, by_name, stack, count = 0, {}, [root], 0
     while stack:
         pid = stack.pop()
         stack += children.get(pid, [])
@@ -193,12 +194,13 @@ def tree_pss(root: int) -> tuple[int, dict[str, int]]:
                 if line.startswith("Pss:"):
                     size = int(line.split()[1]) * 1024
                     total += size
+                    count += 1
                     name = process_name(pid)
                     by_name[name] = by_name.get(name, 0) + size
                     break
         except OSError:
             continue
-    return total, by_name
+    return total, by_name, count
 
 
 def step_lines(path: Path) -> list[dict]:
@@ -207,23 +209,26 @@ def step_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
 
 
-def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: float) -> dict:
-    """Run one side in a child process; what it took, measured from here and from its own records."""
+def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: float, root: Path = ROOT) -> dict:
+    """Run one side in a child process; what it took, measured from here and from its own records. `root`: the
+    checkout whose fasync the child runs (bench/startup.py compares two)."""
     out.mkdir(parents=True)
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", side, "--model", str(model),
+    command = [sys.executable, str(root / "bench" / "peer_trl.py"), "--child", side, "--model", str(model),
                "--out", str(out), "--steps", str(steps), "--seed", str(seed)]
     records = out / ("steps.jsonl" if side == "trl" else "run/metrics.jsonl")
     reward_key = "reward" if side == "trl" else "rollout_reward_mean"
     log = (out / "log.txt").open("w")
     started = time.monotonic()
-    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    peak, peak_by_name, first_step = 0, {}, None
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root), *(path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path)])}
+    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=environment)
+    peak, peak_by_name, peak_count, first_step = 0, {}, 0, None
     while True:
         done = child.poll() is not None
         if not done:
-            total, by_name = tree_pss(child.pid)
+            total, by_name, count = tree_pss(child.pid)
             if total > peak:
-                peak, peak_by_name = total, by_name
+                peak, peak_by_name, peak_count = total, by_name, count
         now = time.monotonic() - started
         if first_step is None and records.exists() and records.stat().st_size:
             first_step = now
@@ -243,7 +248,7 @@ def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: flo
         if first_step is not None else []
     result = {"side": side, "exit": child.wait(), "steps": len(lines), "first_step_s": first_step,
               "series": series, "step_ms": 1000 * statistics.median(deltas) if deltas else None,
-              "peak_pss_gib": peak / 2**30,
+              "peak_pss_gib": peak / 2**30, "peak_processes": peak_count,
               "peak_by_process_mib": {name: round(size / 2**20) for name, size in
                                       sorted(peak_by_name.items(), key=lambda item: -item[1])}}
     if side == "ray":

@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
@@ -256,7 +257,7 @@ def _checkpoint_to_resume(directory: Path, changes: dict[str, tuple]):
 # -- start Ray, run the driver, stop -----------------------------------------------------------------------------
 
 
-def _worker_env() -> dict:
+def _worker_env() -> dict[str, str]:
     """What every worker's environment takes from the driver's: its PYTHONPATH (a `module:function` reward
     brings its own directories, `fasync.data.rewards.Reward`), and no Hugging Face progress bars, whose
     weight loading would draw them into the console (unless the driver's environment asks for them)."""
@@ -266,7 +267,22 @@ def _worker_env() -> dict:
         # Absolute: a worker on another node (or in another directory) resolves them the same way; on a
         # multi-node cluster they must also be on storage every node shares (docs/gpu.md).
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(path) for path in paths)
-    return {"env_vars": env}
+    return env
+
+
+@contextmanager
+def _environment(values: dict[str, str]):
+    """`values` in os.environ while in effect, then the environment as it was."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
@@ -276,14 +292,17 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
 
     from fasync.launch.signals import ray_processes_in_their_own_session
 
-    common = {"logging_level": "WARNING", "log_to_driver": True, "runtime_env": _worker_env()}
+    common = {"logging_level": "WARNING", "log_to_driver": True}
     if cfg.resources.ray_address:
-        ray.init(address=cfg.resources.ray_address, **common)
+        ray.init(address=cfg.resources.ray_address, runtime_env={"env_vars": _worker_env()}, **common)
         return
     # Ray notes that a new local cluster takes token authentication, its default: not the user's to act on.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     # A process-group SIGTERM (a scheduler's stop) reaches the driver only, which stops cleanly on the cluster.
-    with ray_processes_in_their_own_session():
+    # The cluster's processes take the workers' environment from the driver's as ray.init starts them, rather
+    # than from the job's runtime environment, whose agent sets up every actor's worker first: the actors were
+    # ready in 3 s instead of 6-10 s (issue 31 §5, docs/benchmarks.md#start-up-and-footprint).
+    with ray_processes_in_their_own_session(), _environment(_worker_env()):
         ray.init(address="local", num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
                  include_dashboard=False, **common)
     kill_point("ray_start")

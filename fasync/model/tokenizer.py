@@ -145,17 +145,14 @@ def check_model_dir(path: str) -> Path:
 
 
 class HFTokenizer:
-    """A local Hugging Face tokenizer; prompts go through its chat template when it has one."""
+    """A local Hugging Face tokenizer; prompts go through its chat template when it has one. `hf` is what
+    `AutoTokenizer` loads, or for a plain tokenizer file the same pipeline read without transformers
+    (`PlainTokenizerFile`)."""
 
     def __init__(self, path: str, style: PromptStyle = PromptStyle()):
-        from transformers import AutoTokenizer
-
         self.style = style
         directory = check_model_dir(path)
-        try:
-            self.hf = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(f"model.path: cannot load a tokenizer from {path} ({exc})") from exc
+        self.hf = PlainTokenizerFile.load(directory) or _auto_tokenizer(directory, path)
         if self.hf.eos_token_id is None:
             raise ConfigurationError(f"model.path: the tokenizer in {path} has no EOS token to stop on")
         self.eos_id = self.hf.eos_token_id
@@ -194,6 +191,121 @@ class HFTokenizer:
             raise ConfigurationError("model.path: the tokenizer has no chat template to render a conversation with")
         text = self.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
         return self.encode(text)
+
+
+def _auto_tokenizer(directory: Path, path: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"model.path: cannot load a tokenizer from {path} ({exc})") from exc
+
+
+GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
+"""The generic fast tokenizer class (transformers 5 names it `TokenizersBackend`): it serves tokenizer.json's
+pipeline as the file has it, where a model's own class may rebuild parts of it in code."""
+GENERIC_MODEL_TYPES = ("llama",)
+"""Model types whose generic tokenizer `AutoTokenizer` loads as the generic class (transformers 4 and 5): for some
+others (qwen2, phi3, ...) transformers 5 takes the model's own class whatever tokenizer_config.json names."""
+NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+
+
+class PlainTokenizerFile:
+    """A Hugging Face tokenizer of the generic fast class, read from its tokenizer.json with the `tokenizers`
+    library: the pipeline `AutoTokenizer` would serve for it, without importing transformers and torch (about
+    2.8 s and 0.3 GiB in the driver). `load` takes only a directory where that is provably the same tokenizer
+    (`_plain_config`); every other goes through `AutoTokenizer`. It answers the part of transformers' tokenizer
+    interface that `HFTokenizer` uses, with the same defaults (no truncation, no padding, no clean-up of spaces).
+    tests/model/test_tokenizer_file.py compares it with `AutoTokenizer` on such a model."""
+
+    chat_template = None
+
+    def __init__(self, directory: Path, backend, config: dict):
+        self.directory = directory
+        self.backend = backend
+        self.eos_token_id = self._id(config.get("eos_token"))
+        self.pad_token_id = self._id(config.get("pad_token"))
+
+    @classmethod
+    def load(cls, directory: Path) -> PlainTokenizerFile | None:
+        """The tokenizer of `directory` when it is a plain tokenizer file, else None."""
+        config = _plain_config(directory)
+        if config is None:
+            return None
+        try:
+            from tokenizers import Tokenizer
+
+            backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        except Exception:  # noqa: BLE001 - not installed, or a file it cannot read: AutoTokenizer says why
+            return None
+        if not _special_tokens_added(backend, config) or backend.get_vocab_size() > 100_000:
+            return None  # transformers would add tokens, or patch a large vocabulary's regex
+        backend.no_truncation()
+        backend.no_padding()
+        return cls(directory, backend, config)
+
+    def _id(self, token) -> int | None:
+        content = token.get("content") if isinstance(token, dict) else token
+        return self.backend.token_to_id(content) if content is not None else None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def __len__(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def save_pretrained(self, directory: Path) -> None:
+        """As transformers saves it (an export, where transformers is loaded anyway)."""
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(self.directory, local_files_only=True).save_pretrained(directory)
+
+
+def _plain_config(directory: Path) -> dict | None:
+    """tokenizer_config.json of `directory` when its tokenizer is the generic class over tokenizer.json alone,
+    as transformers loads it unchanged: a model type that keeps the named class, no chat template, no remote
+    code, no legacy special-tokens file, and none of the keys under which transformers changes the pipeline
+    (a BOS or EOS added by post-processing, special tokens split, spaces cleaned up on decoding). Else None."""
+    try:
+        config = json.loads((directory / "tokenizer_config.json").read_text())
+        model_type = json.loads((directory / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or config.get("tokenizer_class") not in GENERIC_CLASSES \
+            or model_type not in GENERIC_MODEL_TYPES or not (directory / "tokenizer.json").is_file():
+        return None
+    beside = ("special_tokens_map.json", "chat_template.jinja", "chat_template.json", "additional_chat_templates")
+    if any((directory / name).exists() for name in beside):
+        return None
+    changing = ("chat_template", "auto_map", "add_bos_token", "add_eos_token", "split_special_tokens",
+                "clean_up_tokenization_spaces")
+    if any(config.get(key) for key in changing) or config.get("backend", "tokenizers") != "tokenizers":
+        return None
+    return config
+
+
+def _special_tokens_added(backend, config: dict) -> bool:
+    """Whether every special token `config` names is already one of the file's special added tokens, as they
+    are declared (`added_tokens_decoder`): transformers would add the others, and change how text splits."""
+    added = {token.content: (token_id, token) for token_id, token in backend.get_added_tokens_decoder().items()}
+    named = [config.get(key) for key in NAMED_SPECIAL_TOKENS]
+    extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+    named += list(extra.values()) if isinstance(extra, dict) else extra
+    for token in named:
+        content = token.get("content") if isinstance(token, dict) else token
+        if content is not None and (content not in added or not added[content][1].special):
+            return False
+    for token_id, declared in (config.get("added_tokens_decoder") or {}).items():
+        found = added.get(declared.get("content"))
+        if found is None or found[0] != int(token_id) or any(
+                getattr(found[1], key) != declared.get(key, getattr(found[1], key))
+                for key in ("special", "lstrip", "rstrip", "normalized", "single_word")):
+            return False
+    return True
 
 
 def _generation_eos_ids(directory: Path) -> tuple[int, ...]:

@@ -89,10 +89,11 @@ def test_memory_is_summed_over_the_process_and_its_descendants():
         while deadline and peer.tree_pss(os.getpid())[1].get("python -c", 0) < 60 * 2**20:
             deadline -= 1
             subprocess.run(["sleep", "0.05"])
-        total, by_name = peer.tree_pss(os.getpid())
-        alone, _ = peer.tree_pss(child.pid)
+        total, by_name, count = peer.tree_pss(os.getpid())
+        alone, _, alone_count = peer.tree_pss(child.pid)
         assert alone >= 64 * 2**20 and total > alone
         assert sum(by_name.values()) == total
+        assert alone_count == 1 and count >= 2
         assert peer.process_name(child.pid) == "python -c"
     finally:
         child.kill()
@@ -125,3 +126,22 @@ def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async
         assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
         assert cfg.mode == variant.mode and cfg.rollout.engine == "vllm"
         assert derive(cfg).streams_requests == (variant.mode == "fully_async")
+
+
+def test_the_startup_bench_compares_the_checkouts_and_shows_a_killed_run(monkeypatch):
+    startup = script("startup")
+    monkeypatch.setattr(startup, "measured", lambda argv: "Measured")
+
+    def run(first: float, peak: float, exit_code: int = 0) -> dict:
+        return {"exit": exit_code, "first_step_s": first, "before_metrics_s": first / 2, "peak_pss_gib": peak,
+                "peak_processes": 11, "peak_by_process_mib": {"ray::TrainerActor": 380}, "ray_init_s": 3.0}
+
+    data = {"data_s": 1.0, "loaded": [], "imports": {"typer": 0.1}}
+    results = {"runs": {"before": {"ray": [run(0, 0.4)], "sync": [run(10.0, 1.2), run(12.0, 1.2, -9)]},
+                        "after": {"ray": [run(0, 0.4)], "sync": [run(5.0, 0.9), run(6.0, 0.9)]}},
+               "data": {"before": [data], "after": [data]}}
+    text = startup.render(results, 2, 10, "main")
+    before, after = (next(line for line in text.splitlines() if line.startswith(f"| sync | {name} "))
+                     for name in ("before", "after"))
+    assert before.split(" | ")[2] == "-9" and after.split(" | ")[2] == "0"
+    assert after.split(" | ")[4] == "0.50" and after.split(" | ")[8] == "0.75"  # 5.5 / 11 s, 0.9 / 1.2 GiB

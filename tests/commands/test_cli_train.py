@@ -298,6 +298,6 @@ def test_the_workers_draw_no_hugging_face_progress_bars_unless_asked(monkeypatch
     from fasync.commands.train import _worker_env
 
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
-    assert _worker_env()["env_vars"]["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    assert _worker_env()["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
-    assert _worker_env()["env_vars"]["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"
+    assert _worker_env()["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"

@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 from tiny_models import write_tiny_llama  # noqa: E402
 
 from fasync.launch.plan import resolve  # noqa: E402
-from fasync.model.weights import check_weights  # noqa: E402
+from fasync.model.weights import check_weights, llama_shapes  # noqa: E402
 from fasync.rollout.groups import build_factory  # noqa: E402
 
 
@@ -94,3 +94,21 @@ def test_a_prompt_longer_than_the_hugging_face_context_is_refused(model_dir, tmp
     with pytest.raises(ConfigurationError, match=r"data.jsonl:1: the prompt is 72 tokens, but the model's context "
                        r"is 64 tokens"):
         build_factory(resolve(cfg))
+
+
+@pytest.mark.parametrize("keys", [
+    {},
+    {"num_key_value_heads": 2, "tie_word_embeddings": True},
+    {"attention_bias": True, "mlp_bias": True, "head_dim": 16},
+], ids=["plain", "grouped and tied", "biases and a head size of its own"])
+def test_a_llamas_shapes_are_read_off_its_config_as_transformers_builds_it(keys):
+    # Start-up (issue 31 §5): the driver checks a Llama's weights without importing torch and transformers.
+    import torch
+
+    settings = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 40, "hidden_size": 32,
+                "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, **keys}
+    config = transformers.LlamaConfig(**{k: v for k, v in settings.items() if k not in ("model_type", "architectures")})
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    assert llama_shapes(settings) == {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    assert llama_shapes({**settings, "model_type": "qwen2"}) is None
