@@ -157,7 +157,7 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         cfg, raw, model, failed = load_and_lint(config_path or str(saved_config), overrides, started_from)
         if failed is not None:
             return failed
-        changes, failed = _allowed_changes(saved_config, cfg, allowed)
+        changes, failed = _allowed_changes(saved_config, cfg, allowed, started_from)
         if failed is not None:
             return failed
         found, failed = _checkpoint_to_resume(directory, changes)
@@ -213,11 +213,11 @@ FIXED_ON_RESUME = {
 model moved elsewhere.)"""
 
 
-def _allowed_changes(saved_config: Path, cfg: FasyncConfig, allowed: Sequence[str]
+def _allowed_changes(saved_config: Path, cfg: FasyncConfig, allowed: Sequence[str], config_dir: Path | None
                      ) -> tuple[dict[str, tuple], int | None]:
-    """The config's changes from the run's own, or the exit code when that no longer loads or a change is not
-    in `allowed`."""
-    saved, _, _, failed = load_and_lint(str(saved_config), ())
+    """The config's changes from the run's own (whose modules are in `config_dir`), or the exit code when that no
+    longer loads or a change is not in `allowed`."""
+    saved, _, _, failed = load_and_lint(str(saved_config), (), config_dir)
     if failed is not None:
         _echo(f"fasync train: {saved_config}: the run's own config no longer loads")
         return {}, failed
