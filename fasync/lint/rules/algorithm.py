@@ -58,7 +58,7 @@ def greedy_grpo(cfg, derived):
     "usually that intent applied to the wrong side.",
 )
 def clip_low_disabled(cfg, derived):
-    low = cfg.train.clip_eps_low
+    low = derived.clip_eps[0]
     if low >= 1:
         yield Finding(
             "train.clip_eps_low",
