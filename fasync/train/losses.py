@@ -13,7 +13,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-
 MAX_LOG_RATIO = 10.0
 """A sequence ratio's log is capped here before exp: a sequence far off the anchor would otherwise overflow to inf
 (its clip then zeroes its gradient, as for any ratio beyond the clip)."""
