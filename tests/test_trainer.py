@@ -498,32 +498,51 @@ def test_overlong_shaping_enters_the_advantages_not_the_reward_records():
     assert [s.advantage for s in samples[:4]] == pytest.approx([0.25 / scale] * 2 + [-0.25 / scale] * 2, rel=1e-12)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sections", [
-    {"train": {"advantage_estimator": "rloo"}},
-    {"train": {"advantage_estimator": "reinforce_plus_plus"}},
-    {"train": {"advantage_estimator": "reinforce_plus_plus_baseline"}},
-    {"train": {"loss_aggregation": "seq_mean_token_sum_norm", "normalize_advantage_std": False}},
-    {"train": {"importance_ratio": "sequence"}},
-    {"train": {"ppo_epochs": 2, "lr_warmup_steps": 5, "lr_schedule": "cosine"}},
-    {"reward": {"overlong_buffer": 2}, "rollout": {"max_new_tokens": 6}},
-], ids=["rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "dr_grpo", "gspo", "epochs_schedule",
-        "overlong"])
-def test_each_algorithm_learns_in_a_short_sync_loop(sections):
-    """The quickstart-sized loop above, once per algorithm: the mean reward of the last 10 of 60 rollouts beats
-    the first 10's by 0.1 (the grpo loop above gains about 0.2 to 0.3)."""
+def short_sync_loop(rollouts: int = 60, **sections) -> list[list[Sample]]:
+    """The quickstart-sized generate-score-train loop of the test above, with `sections` over its config; each
+    rollout's samples."""
     cfg = FasyncConfig.model_validate(with_sections({
         "model": {"n_layers": 2, "d_model": 64, "n_heads": 4, "max_seq_len": 16},
         "data": {"task": "reverse", "length": 3},
         "reward": {"function": "partial_match"},
         "rollout": {"batch_size": 16, "n_samples_per_prompt": 8, "max_new_tokens": 3},
-        "train": {"global_batch_size": 128, "micro_batch_size": 128, "lr": 2e-3, "num_rollouts": 60},
+        "train": {"global_batch_size": 128, "micro_batch_size": 128, "lr": 2e-3, "num_rollouts": rollouts},
     }, **sections))
     trainer = Trainer(resolve(cfg))
     engine, factory = build_engine(cfg), build_factory(resolve(cfg))
-    rewards = []
-    for version in range(60):
+    rollouts_samples = []
+    for version in range(rollouts):
         samples = on_policy_samples(cfg, trainer, version, engine, factory)
-        rewards.append(trainer.train_rollout(samples, current_version=version)[0]["reward_mean"])
-    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+        trainer.train_rollout(samples, current_version=version)
+        rollouts_samples.append(samples)
+    return rollouts_samples
+
+
+def first_and_last(values: list[float], count: int = 10) -> tuple[float, float]:
+    return sum(values[:count]) / count, sum(values[-count:]) / count
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("train", [
+    {"advantage_estimator": "rloo"},
+    {"advantage_estimator": "reinforce_plus_plus"},
+    {"advantage_estimator": "reinforce_plus_plus_baseline"},
+    {"loss_aggregation": "seq_mean_token_sum_norm", "normalize_advantage_std": False},
+    {"importance_ratio": "sequence"},
+    {"ppo_epochs": 2, "lr_warmup_steps": 5, "lr_schedule": "cosine"},
+], ids=["rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "dr_grpo", "gspo", "epochs_schedule"])
+def test_each_algorithm_learns_in_a_short_sync_loop(train):
+    """The mean reward of the last 10 of 60 rollouts beats the first 10's by 0.1 (grpo gains 0.2 to 0.3)."""
+    rewards = [sum(s.reward for s in samples) / len(samples) for samples in short_sync_loop(train=train)]
+    first, last = first_and_last(rewards)
     assert last > first + 0.1, rewards
+
+
+@pytest.mark.slow
+def test_overlong_shaping_teaches_the_policy_to_stop_within_the_budget():
+    # Budget 5 with a buffer of 1: an answer of 3 digits and the stop token (4 tokens) pays nothing, a completion
+    # cut off at 5 pays 1. The initial policy rarely samples the stop token, so most completions start cut off.
+    truncated = [sum(s.finish_reason == "length" for s in samples) / len(samples)
+                 for samples in short_sync_loop(reward={"overlong_buffer": 1}, rollout={"max_new_tokens": 5})]
+    first, last = first_and_last(truncated)
+    assert last < first - 0.2, truncated

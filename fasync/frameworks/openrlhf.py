@@ -4,16 +4,30 @@ from __future__ import annotations
 
 from fasync.frameworks.common import (
     CONVERTED,
-    EPOCHS,
     NO_CRITIC,
     NONE,
     SAME,
+    Choice,
     Expressed,
     Framework,
     Imported,
     Source,
     geometry,
+    import_choices,
 )
+
+ESTIMATORS = ("group_norm is grpo, dr_grpo grpo without the std (train.normalize_advantage_std: false), rloo is rloo, "
+              "reinforce is reinforce_plus_plus and reinforce_baseline reinforce_plus_plus_baseline (not fasync's "
+              "reinforce_baseline, the batch mean); gae needs a critic.")
+ADVANTAGE_ESTIMATOR = {
+    "group_norm": {"train.advantage_estimator": "grpo", "train.normalize_advantage_std": True},
+    "dr_grpo": {"train.advantage_estimator": "grpo", "train.normalize_advantage_std": False},
+    "rloo": {"train.advantage_estimator": "rloo"},
+    "reinforce": {"train.advantage_estimator": "reinforce_plus_plus"},
+    "reinforce_baseline": {"train.advantage_estimator": "reinforce_plus_plus_baseline"},
+}
+"""OpenRLHF's estimators as fasync settings, under either spelling of the key."""
+CHOICES = [Choice("algo.advantage.estimator", ADVANTAGE_ESTIMATOR), Choice("advantage_estimator", ADVANTAGE_ESTIMATOR)]
 
 ROWS = [
     ("rollout.batch_size", "rollout.batch_size", SAME, "prompts per rollout, the same meaning."),
@@ -26,8 +40,8 @@ ROWS = [
      "samples per optimizer step, not prompts: train.global_batch_size, not rollout.batch_size."),
     ("train.micro_batch_size", "train.micro_batch_size", SAME, "samples per GPU per pass."),
     ("micro_train_batch_size", "train.micro_batch_size", SAME, "samples per GPU per pass."),
-    ("train.max_epochs", (), NONE, EPOCHS),
-    ("max_epochs", (), NONE, EPOCHS),
+    ("train.max_epochs", "train.ppo_epochs", SAME, "passes over each rollout batch, as train.ppo_epochs."),
+    ("max_epochs", "train.ppo_epochs", SAME, "passes over each rollout batch, as train.ppo_epochs."),
     ("train.num_episodes", (), NONE, "passes over the prompts; fasync counts rollouts (train.num_rollouts)."),
     ("num_episodes", (), NONE, "passes over the prompts; fasync counts rollouts (train.num_rollouts)."),
     ("train.async_enable", "mode", CONVERTED, "OpenRLHF's async training overlaps whole rollouts: `mode: async`."),
@@ -49,10 +63,8 @@ ROWS = [
     ("actor.eps_clip_low_high", ("train.clip_eps_low", "train.clip_eps_high"), CONVERTED, "two values: low, high."),
     ("algo.kl.init_coef", "train.kl_coef", SAME, "as a loss term (use_kl_loss); in the reward it has no equivalent."),
     ("init_kl_coef", "train.kl_coef", SAME, "as a loss term (use_kl_loss); in the reward it has no equivalent."),
-    ("algo.advantage.estimator", "train.advantage_estimator", CONVERTED,
-     "group_norm is grpo; gae needs a critic; rloo and reinforce_baseline variants differ from fasync's batch mean."),
-    ("advantage_estimator", "train.advantage_estimator", CONVERTED,
-     "group_norm is grpo; gae needs a critic; rloo and reinforce_baseline variants differ from fasync's batch mean."),
+    ("algo.advantage.estimator", ("train.advantage_estimator", "train.normalize_advantage_std"), CONVERTED, ESTIMATORS),
+    ("advantage_estimator", ("train.advantage_estimator", "train.normalize_advantage_std"), CONVERTED, ESTIMATORS),
     ("actor.adam.lr", "train.lr", SAME),
     ("actor_learning_rate", "train.lr", SAME),
     ("ckpt.save_steps", "checkpoint.every", CONVERTED, "OpenRLHF counts global steps (rollouts), fasync optimizer "
@@ -83,6 +95,7 @@ ROWS = [
 
 
 def import_into(source: Source, out: Imported) -> set[str]:
+    converted = import_choices(CHOICES, source, out)
     partial = source.get("train.partial_rollout_enable") or source.get("partial_rollout_enable")
     asynchronous = source.get("train.async_enable") or source.get("async_train")
     if partial:
@@ -100,7 +113,7 @@ def import_into(source: Source, out: Imported) -> set[str]:
     if source.get("use_tensorboard"):
         trackers["tensorboard"] = source.cite("use_tensorboard")
     out.set_trackers(trackers)
-    return {"train.partial_rollout_enable", "partial_rollout_enable", "train.async_enable", "async_train",
+    return converted | {"train.partial_rollout_enable", "partial_rollout_enable", "train.async_enable", "async_train",
             "train.async_queue_size", "use_wandb", "use_tensorboard"}
 
 
@@ -112,6 +125,10 @@ def express(cfg, derived) -> Expressed:
     out.put("train.batch_size", per_step, "samples per optimizer step")
     out.note_trimmed_samples(derived)
     out.note_sync_every_step(interval)
+    CHOICES[0].express(cfg, out, "algo.advantage.estimator")
+    if cfg.train.ppo_epochs != 1:
+        out.put("train.max_epochs", cfg.train.ppo_epochs, "train.ppo_epochs")
+    out.note_algorithm(cfg, ("train.advantage_estimator", "train.normalize_advantage_std", "train.ppo_epochs"))
     if cfg.mode == "sync":
         return out
     if cfg.mode == "fully_async":

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from fasync.frameworks.common import CONVERTED, NONE, SAME, Expressed, Framework, Imported, Source, geometry
+from fasync.frameworks.common import (
+    CONVERTED,
+    NONE,
+    SAME,
+    Choice,
+    Expressed,
+    Framework,
+    Imported,
+    Source,
+    geometry,
+    import_choices,
+)
 
 ROWS = [
     ("rollout_batch_size", "rollout.batch_size", SAME, "prompts per rollout, the same meaning."),
@@ -26,8 +37,13 @@ ROWS = [
     ("kl_loss_coef", "train.kl_coef", CONVERTED, "counts only with use_kl_loss."),
     ("kl_coef", (), NONE, "slime's kl_coef folds a KL penalty into the reward: no fasync equivalent."),
     ("entropy_coef", "train.entropy_coef", SAME),
-    ("advantage_estimator", "train.advantage_estimator", CONVERTED,
-     "grpo is grpo; reinforce_plus_plus and gspo have no equivalent."),
+    ("advantage_estimator", ("train.advantage_estimator", "train.importance_ratio"), CONVERTED,
+     "grpo, reinforce_plus_plus and reinforce_plus_plus_baseline are the same estimators; gspo is grpo with "
+     "GSPO's sequence ratio (train.importance_ratio: sequence); ppo needs a critic."),
+    ("lr_warmup_iters", "train.lr_warmup_steps", SAME, "Megatron's iterations are optimizer steps."),
+    ("lr_decay_style", "train.lr_schedule", CONVERTED,
+     "constant, linear and cosine are the same shapes (Megatron decays to min_lr over lr_decay_iters, fasync to 0 "
+     "at the end of the run); inverse-square-root and WSD have no equivalent."),
     ("normalize_advantages", "train.normalize_advantage_std", SAME),
     ("use_tis", "correction.level", CONVERTED,
      "truncated importance sampling is `correction.level: token` with the cap in correction.weight_upper."),
@@ -51,8 +67,19 @@ ROWS = [
 ]
 
 
+CHOICES = [
+    Choice("advantage_estimator", {
+        "gspo": {"train.advantage_estimator": "grpo", "train.importance_ratio": "sequence"},
+        **{name: {"train.advantage_estimator": name, "train.importance_ratio": "token"}
+           for name in ("grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")}}),
+    Choice("lr_decay_style", {name: {"train.lr_schedule": name} for name in ("constant", "linear", "cosine")}),
+]
+"""slime's (and miles's) flags whose values name an algorithm."""
+
+
 def import_into(source: Source, out: Imported) -> set[str]:
     """slime's, and miles's, which adds `--fully-async`."""
+    converted = import_choices(CHOICES, source, out)
     if source.get("fully_async"):
         out.set("mode", "fully_async", f"{source.cite('fully_async')}")
     elif source.script.endswith("train_async.py"):
@@ -67,7 +94,7 @@ def import_into(source: Source, out: Imported) -> set[str]:
         out.set("correction.level", "token", f"{source.cite('use_tis')}: truncated importance sampling per token")
     if source.get("use_wandb"):
         out.set_trackers({"wandb": source.cite("use_wandb")})
-    return {"fully_async", "use_kl_loss", "kl_loss_coef", "use_tis", "use_wandb"}
+    return converted | {"fully_async", "use_kl_loss", "kl_loss_coef", "use_tis", "use_wandb"}
 
 
 def express(cfg, derived) -> Expressed:
@@ -88,6 +115,12 @@ def express_flags(framework: Framework, cfg, derived) -> Expressed:
     out.put("num-steps-per-rollout", steps, "optimizer steps per rollout")
     out.put("num-rollout", cfg.train.num_rollouts, "train.num_rollouts")
     out.put("update-weights-interval", interval, "async.update_weights_interval")
+    for choice, flag in zip(CHOICES, ("advantage-estimator", "lr-decay-style")):
+        choice.express(cfg, out, flag)
+    if cfg.train.lr_warmup_steps:
+        out.put("lr-warmup-iters", cfg.train.lr_warmup_steps, "train.lr_warmup_steps")
+    out.note_algorithm(cfg, ("train.advantage_estimator", "train.importance_ratio", "train.lr_warmup_steps",
+                             "train.lr_schedule"))
     out.note_trimmed_samples(derived)
     if cfg.mode == "async" and bound != 1:
         out.missing.append(f"async.max_weight_staleness {bound}: {framework.display}'s train_async.py runs "

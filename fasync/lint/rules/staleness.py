@@ -224,6 +224,34 @@ def sync_interval_hides_lag(cfg, derived):
 
 
 @rule(
+    "S009", "epochs-stretch-staleness", Severity.WARNING,
+    summary="Several PPO epochs in an async mode: each pass adds its optimizer steps to the lag.",
+    what="Reports, in async and fully_async with `async.max_weight_staleness` set, `train.ppo_epochs` above 1. "
+    "The message gives the worst policy lag in optimizer steps, (staleness + 1) × interval × steps per "
+    "rollout × epochs − 1, next to the lag one epoch would give.",
+    why="Every epoch passes over the same rollout again with its own optimizer steps, and the weights reach the "
+    "engines only after the last one: one version spans epochs times as many optimizer steps, and a sample "
+    "admitted at the bound's limit is trained on by policies that many steps further from the one that "
+    "sampled it. The staleness bound, and the `staleness_max` metric, count versions and do not see it. "
+    "Several epochs trade sample reuse for off-policyness; that trade is fine in sync (PPO's own), but in the "
+    "async modes it stacks on the staleness the bound allows.",
+)
+def epochs_stretch_staleness(cfg, derived):
+    bound, epochs = cfg.async_.max_weight_staleness, cfg.train.ppo_epochs
+    if cfg.mode not in ASYNC_MODES or bound is None or epochs == 1 or _never_synced(cfg):
+        return
+    one_epoch = max_lag(cfg.mode, bound, derived.num_steps_per_rollout, cfg.async_.update_weights_interval)
+    yield Finding(
+        "train.ppo_epochs",
+        f"`train.ppo_epochs` {epochs}: each {unit(cfg.mode)} takes {plural(derived.optimizer_steps_per_rollout, 'optimizer step')}, "
+        f"so within `async.max_weight_staleness` {bound} the worst policy lag is {worst_lag(cfg, derived)}, "
+        f"against {one_epoch.steps_and_versions()} with one epoch",
+        f"set `train.ppo_epochs: 1`, or lower `async.max_weight_staleness` knowing that one version is "
+        f"{plural(derived.max_lag.steps_per_version, 'optimizer step')}",
+    )
+
+
+@rule(
     "S008", "sliced-completions-outlive-bound", Severity.WARNING,
     summary="Sliced calls so short that the longest completions outlive the staleness bound.",
     what="Reports fully_async with partial rollout, `async.tokens_per_call` and `async.max_weight_staleness` "
