@@ -546,3 +546,24 @@ def test_overlong_shaping_teaches_the_policy_to_stop_within_the_budget():
                  for samples in short_sync_loop(reward={"overlong_buffer": 1}, rollout={"max_new_tokens": 5})]
     first, last = first_and_last(truncated)
     assert last < first - 0.2, truncated
+
+
+def test_a_restored_trainer_continues_the_schedule_and_the_update_exactly(tmp_path):
+    from fasync.checkpoint.state import load_trainer, save_trainer
+
+    cfg = config(train={"micro_batch_size": 8, "num_rollouts": 4, "lr_warmup_steps": 1, "lr_schedule": "cosine"})
+    straight, resumed = Trainer(resolve(cfg)), Trainer(resolve(cfg))
+    samples = favoured_batch(straight)
+
+    def batch() -> list[Sample]:  # a fresh copy for every call: training sets the samples' advantages
+        return [Sample(**vars(s)) for s in samples]
+
+    for _ in range(2):
+        straight.train_rollout(batch(), current_version=0)
+    save_trainer(straight, tmp_path)
+    load_trainer(resumed, tmp_path)
+    (expected,), (got,) = straight.train_rollout(batch(), 0), resumed.train_rollout(batch(), 0)
+    # Step 2 of 4 after 1 warmup step: (1 + cos(π / 3)) / 2 = 0.75 of the peak, in both.
+    assert got["lr"] == expected["lr"] == pytest.approx(0.75e-2, rel=1e-12)
+    for name, tensor in weights(straight).items():
+        assert torch.equal(tensor, weights(resumed)[name]), name
