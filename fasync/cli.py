@@ -175,13 +175,16 @@ def export(
     out: Annotated[str, typer.Argument(metavar="OUT", help="The directory to write the model to.")],
     step: Annotated[int | None, typer.Option("--step", help="The checkpoint after this many optimizer steps "
                                              "(default: the newest).")] = None,
+    merge: Annotated[bool, typer.Option("--merge", help="A LoRA run (model.lora): write the model with the adapter "
+                                        "merged in, instead of the adapter.")] = False,
 ) -> None:
     """Export a checkpoint's policy for use elsewhere: a Hugging Face model with save_pretrained (safetensors)
-    and its tokenizer; the embedded model as model.safetensors and fasync_model.json. Exit 0: written, 1: the
-    checkpoint cannot be used, 2: no run directory."""
+    and its tokenizer; the embedded model as model.safetensors and fasync_model.json; a LoRA run's adapter as
+    peft writes it (or, with --merge, the merged model). Exit 0: written, 1: the checkpoint cannot be used, 2: no
+    run directory."""
     from fasync.commands import export as command
 
-    raise typer.Exit(command.run(run_dir, out, step))
+    raise typer.Exit(command.run(run_dir, out, step, merge))
 
 
 @app.command()

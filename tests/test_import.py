@@ -221,13 +221,15 @@ ALGORITHMS = {
              "actor_rollout_ref.actor.optim.lr_warmup_steps=3 actor_rollout_ref.actor.optim.lr_scheduler_type=cosine "
              "actor_rollout_ref.rollout.top_k=20 data.max_response_length=64 "
              "reward_model.overlong_buffer.enable=True reward_model.overlong_buffer.len=16 "
-             "reward_model.overlong_buffer.penalty_factor=0.5\n",
+             "reward_model.overlong_buffer.penalty_factor=0.5 actor_rollout_ref.model.lora_rank=16 "
+             "actor_rollout_ref.model.lora_alpha=32\n",
              {"train.advantage_estimator": "reinforce_plus_plus_baseline",
               "train.loss_aggregation": "seq_mean_token_sum_norm", "train.importance_ratio": "sequence",
               "train.ppo_epochs": 2, "train.lr_schedule": "cosine",
               # 3 training steps of 64 / 32 mini-batches × 2 epochs = 4 optimizer steps each.
               "train.lr_warmup_steps": 12, "rollout.top_k": 20,
-              "reward.overlong_buffer": 16, "reward.overlong_penalty": 0.5}),
+              "reward.overlong_buffer": 16, "reward.overlong_penalty": 0.5,
+              "model.lora": {"rank": 16, "alpha": 32}}),
     "slime": ("run.sh", "python3 train.py --rollout-batch-size 32 --n-samples-per-prompt 8 --global-batch-size 256 "
               "--advantage-estimator gspo --lr-warmup-iters 5 --lr-decay-style linear\n",
               {"train.advantage_estimator": "grpo", "train.importance_ratio": "sequence", "train.lr_warmup_steps": 5,
@@ -237,9 +239,9 @@ ALGORITHMS = {
               {"train.advantage_estimator": "reinforce_plus_plus", "train.importance_ratio": "token"}),
     "openrlhf": ("run.sh", "python3 -m openrlhf.cli.train_ppo_ray --rollout.batch_size 32 "
                  "--rollout.n_samples_per_prompt 8 --train.batch_size 256 --advantage_estimator dr_grpo "
-                 "--max_epochs 2\n",
+                 "--max_epochs 2 --lora_rank 8 --lora_alpha 16 --target_modules q_proj\n",
                  {"train.advantage_estimator": "grpo", "train.normalize_advantage_std": False,
-                  "train.ppo_epochs": 2}),
+                  "train.ppo_epochs": 2, "model.lora": {"rank": 8, "alpha": 16, "target_modules": ["q_proj"]}}),
     "trl": ("train.py", "from trl import GRPOConfig\nargs = GRPOConfig(per_device_train_batch_size=16, "
             "steps_per_generation=4, num_generations=8, loss_type='dr_grpo', importance_sampling_level='sequence', "
             "num_iterations=2, top_k=10, warmup_ratio=0.1, max_steps=100, lr_scheduler_type='cosine')\n",
@@ -258,7 +260,7 @@ def test_algorithm_keys_import_to_their_fasync_settings(framework, tmp_path):
     assert {key: data[key.split(".")[0]][key.split(".")[1]] for key in expected} == expected, printed
     unmapped = printed.partition("\n# No fasync")[2]
     for word in ("estimator", "loss_agg", "loss_type", "sampling_level", "epoch", "iterations", "warmup", "top_k",
-                 "overlong", "decay", "scheduler"):
+                 "overlong", "decay", "scheduler", "lora", "target_modules"):
         assert word not in unmapped, unmapped
 
 
@@ -268,6 +270,7 @@ ALGORITHM_CONFIGS = [
     {"train": {"loss_aggregation": "seq_mean_token_sum_norm", "normalize_advantage_std": False}},
     {"train": {"importance_ratio": "sequence", "lr_schedule": "cosine"}},
     {"rollout": {"top_k": 20}, "reward": {"overlong_buffer": 4}},
+    {"model": {"lora": {"rank": 8, "alpha": 16, "target_modules": ["q_proj"]}}},
 ]
 
 
@@ -275,7 +278,8 @@ def _algorithm(cfg) -> dict:
     return {"estimator": cfg.train.advantage_estimator, "std": cfg.train.normalize_advantage_std,
             "aggregation": cfg.train.loss_aggregation, "ratio": cfg.train.importance_ratio,
             "epochs": cfg.train.ppo_epochs, "warmup": cfg.train.lr_warmup_steps, "schedule": cfg.train.lr_schedule,
-            "top_k": cfg.rollout.top_k, "overlong": (cfg.reward.overlong_buffer, cfg.reward.overlong_penalty)}
+            "top_k": cfg.rollout.top_k, "overlong": (cfg.reward.overlong_buffer, cfg.reward.overlong_penalty),
+            "lora": cfg.model.lora}
 
 
 @pytest.mark.parametrize("framework", sorted(SUFFIX))

@@ -107,13 +107,17 @@ def load_driver_state(checkpoint: Checkpoint) -> dict:
 
 
 def load_policy(cfg, checkpoint: Checkpoint):
-    """The policy of `checkpoint`, whole, in one process (DCP reshards whatever wrote it)."""
+    """The policy of `checkpoint`, whole, in one process (DCP reshards whatever wrote it); with its adapters
+    under `model.lora`."""
     import torch.distributed.checkpoint as dcp
 
     from fasync.model import build_model, build_tokenizer
+    from fasync.train import lora
 
     tokenizer = build_tokenizer(cfg.model, cfg.data)
     model = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32)
+    if cfg.model.lora is not None:
+        lora.apply(model, cfg.model.lora)
     state = {"model": model.state_dict()}
     try:
         dcp.load(state, checkpoint_id=str(checkpoint.path / TRAINER))
@@ -124,19 +128,32 @@ def load_policy(cfg, checkpoint: Checkpoint):
     return model, tokenizer
 
 
-def export_policy(cfg, checkpoint: Checkpoint, out: Path) -> list[str]:
+def export_policy(cfg, checkpoint: Checkpoint, out: Path, merge: bool = False) -> list[str]:
     """Write the checkpoint's policy to `out` in `model.dtype`: a Hugging Face model with `save_pretrained`
     (safetensors) and its tokenizer; the embedded tiny model as model.safetensors with its config in
-    fasync_model.json. Returns the files written."""
+    fasync_model.json. Under `model.lora`, the adapter as peft writes one (adapter_model.safetensors,
+    adapter_config.json), or with `merge` the model with the adapter merged in. Returns the files written."""
     import json
 
     from safetensors.torch import save_file
 
+    from fasync.model import build_model
     from fasync.model.policy import DTYPES
+    from fasync.train import lora
 
     model, tokenizer = load_policy(cfg, checkpoint)
-    model = model.to(DTYPES[cfg.model.dtype])
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.model.lora is not None:
+        base = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32)
+        if not merge:
+            adapter = {name: tensor.to(DTYPES[cfg.model.dtype])
+                       for name, tensor in lora.adapter_state_dict(model).items()}
+            save_file(adapter, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+            lora.peft_config(base, cfg.model.lora).save_pretrained(str(out))
+            return sorted(p.name for p in out.iterdir())
+        base.load_state_dict(lora.merged_state_dict(model))
+        model = base
+    model = model.to(DTYPES[cfg.model.dtype])
     if cfg.model.path is not None:
         model.lm.save_pretrained(out, safe_serialization=True)
         tokenizer.hf.save_pretrained(out)
@@ -149,8 +166,9 @@ def export_policy(cfg, checkpoint: Checkpoint, out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir())
 
 
-def export_run(run_dir: Path, step: int | None, out: Path) -> tuple[Checkpoint, list[str]]:
-    """`fasync export`: the checkpoint of `run_dir` at `step` (None: the newest), exported to `out`."""
+def export_run(run_dir: Path, step: int | None, out: Path, merge: bool = False) -> tuple[Checkpoint, list[str]]:
+    """`fasync export`: the checkpoint of `run_dir` at `step` (None: the newest), exported to `out` (`merge`: a
+    LoRA run's adapter merged into the model)."""
     from fasync import checkpoint
     from fasync.config.loader import load_config
     from fasync.errors import ConfigurationError
@@ -159,4 +177,4 @@ def export_run(run_dir: Path, step: int | None, out: Path) -> tuple[Checkpoint, 
     loaded = load_config(str(run_dir / "config.yaml"))
     if loaded.config is None:
         raise ConfigurationError(f"{run_dir}/config.yaml: does not load as a fasync config")
-    return found, export_policy(loaded.config, found, out)
+    return found, export_policy(loaded.config, found, out, merge)

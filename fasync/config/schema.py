@@ -20,6 +20,15 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, allow_inf_nan=False)
 
 
+class LoraConfig(Section):
+    rank: int = Field(8, ge=1, description="Rank r of each adapter: ΔW = B A with A of r × in and B of out × r.")
+    alpha: float = Field(16.0, gt=0.0, description="Scale: ΔW is multiplied by alpha / rank.")
+    target_modules: Optional[list[str]] = Field(
+        None, description="Names (or name suffixes) of the linear layers to adapt, e.g. `[q_proj, v_proj]`. Null: "
+        "every linear layer but the output projection.",
+    )
+
+
 class ModelConfig(Section):
     path: Optional[str] = Field(
         None,
@@ -32,6 +41,11 @@ class ModelConfig(Section):
     max_seq_len: int = Field(64, ge=8, description="Embedded model: longest prompt + completion in tokens.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype for training and rollout."
+    )
+    lora: Optional[LoraConfig] = Field(
+        None, description="Train low-rank adapters (peft's LoRA) instead of the whole model: only the adapters "
+        "train and hold AdamW state; the engines get the merged weights; `fasync export` writes the adapter, or "
+        "the merged model with --merge (docs/algorithms.md). Null: full fine-tuning.",
     )
 
 

@@ -37,7 +37,7 @@ NESTED = ("a section of {source}'s nested layout; fasync has flat sections (mode
           "maps on its own (docs/migrate.md lists them).")
 ALGORITHM_SETTINGS = ("train.advantage_estimator", "train.normalize_advantage_std", "train.loss_aggregation",
                       "train.importance_ratio", "train.ppo_epochs", "train.lr_warmup_steps", "train.lr_schedule",
-                      "rollout.top_k", "reward.overlong_buffer", "reward.overlong_penalty")
+                      "rollout.top_k", "reward.overlong_buffer", "reward.overlong_penalty", "model.lora")
 """The settings of docs/algorithms.md, which each expresser writes or names as missing."""
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 """The experiment trackers fasync logs to besides metrics.jsonl."""
@@ -201,6 +201,34 @@ class Choice:
 def import_choices(choices: Sequence[Choice], source: Source, out: Imported) -> set[str]:
     """Each choice the source sets with a value that has an equivalent; returns their keys."""
     return {choice.key for choice in choices if choice.import_into(source, out)}
+
+
+def import_lora(source: Source, out: Imported, rank: str, alpha: str, targets: str) -> set[str]:
+    """`model.lora` from a framework's rank (0: no adapters), alpha and target modules (`all-linear`: every linear
+    layer but the head, fasync's null) keys; returns the keys read."""
+    if source.get(rank, 0) > 0:
+        modules = source.get(targets, "all-linear")
+        modules = None if modules == "all-linear" else [modules] if isinstance(modules, str) else list(modules)
+        out.set("model.lora", {"rank": source.get(rank), "alpha": source.get(alpha, 16),
+                               **({"target_modules": modules} if modules else {})},
+                f"{source.cite(rank)}, {source.cite(alpha, 16)}, {source.cite(targets, 'all-linear')}")
+    return {rank, alpha, targets}
+
+
+def express_lora(cfg, out: Expressed, rank: str, alpha: str, targets: str) -> None:
+    """`model.lora` as a framework's rank, alpha and target modules keys."""
+    lora = cfg.model.lora
+    if lora is None:
+        return
+    out.put(rank, lora.rank, "model.lora.rank")
+    out.put(alpha, lora.alpha, "model.lora.alpha")
+    modules = lora.target_modules or ["all-linear"]
+    if len(modules) > 1 and not out.framework.hydra:
+        # A flag's several values are separate words, which a written value (one word) cannot be.
+        out.missing.append(f"model.lora.target_modules {show_value(modules)}: write them after {targets} by hand")
+        return
+    out.put(targets, modules if out.framework.hydra and len(modules) > 1 else modules[0],
+            "model.lora.target_modules")
 
 
 def setting(cfg, key: str) -> Any:

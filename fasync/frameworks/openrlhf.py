@@ -12,8 +12,10 @@ from fasync.frameworks.common import (
     Framework,
     Imported,
     Source,
+    express_lora,
     geometry,
     import_choices,
+    import_lora,
 )
 
 ESTIMATORS = ("group_norm is grpo, dr_grpo grpo without the std (train.normalize_advantage_std: false), rloo is rloo, "
@@ -27,6 +29,7 @@ ADVANTAGE_ESTIMATOR = {
     "reinforce_baseline": {"train.advantage_estimator": "reinforce_plus_plus_baseline"},
 }
 """OpenRLHF's estimators as fasync settings, under either spelling of the key."""
+LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules")
 CHOICES = [Choice("algo.advantage.estimator", ADVANTAGE_ESTIMATOR), Choice("advantage_estimator", ADVANTAGE_ESTIMATOR)]
 
 ROWS = [
@@ -91,11 +94,15 @@ ROWS = [
     ("critic.*", (), NONE, NO_CRITIC),
     ("actor.model_name_or_path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
     ("pretrain", "model.path", SAME, "fasync loads local directories only, never a hub name."),
+    ("lora_rank", "model.lora", CONVERTED, "the adapters' rank; 0 (OpenRLHF's default) is none."),
+    ("lora_alpha", "model.lora", CONVERTED, "model.lora.alpha, with lora_rank."),
+    ("target_modules", "model.lora", CONVERTED, "model.lora.target_modules; all-linear is null."),
+    ("lora_dropout", (), NONE, "fasync's adapters have no dropout: the trainer runs the policy in eval mode."),
 ]
 
 
 def import_into(source: Source, out: Imported) -> set[str]:
-    converted = import_choices(CHOICES, source, out)
+    converted = import_choices(CHOICES, source, out) | import_lora(source, out, *LORA_KEYS)
     partial = source.get("train.partial_rollout_enable") or source.get("partial_rollout_enable")
     asynchronous = source.get("train.async_enable") or source.get("async_train")
     if partial:
@@ -128,7 +135,9 @@ def express(cfg, derived) -> Expressed:
     CHOICES[0].express(cfg, out, "algo.advantage.estimator")
     if cfg.train.ppo_epochs != 1:
         out.put("train.max_epochs", cfg.train.ppo_epochs, "train.ppo_epochs")
-    out.note_algorithm(cfg, ("train.advantage_estimator", "train.normalize_advantage_std", "train.ppo_epochs"))
+    express_lora(cfg, out, *LORA_KEYS)
+    out.note_algorithm(cfg, ("train.advantage_estimator", "train.normalize_advantage_std", "train.ppo_epochs",
+                             "model.lora"))
     if cfg.mode == "sync":
         return out
     if cfg.mode == "fully_async":

@@ -19,8 +19,10 @@ from fasync.frameworks.common import (
     Framework,
     Imported,
     Source,
+    express_lora,
     geometry,
     import_choices,
+    import_lora,
 )
 
 ROWS = [
@@ -37,6 +39,10 @@ ROWS = [
     ("actor_rollout_ref.rollout.tensor_model_parallel_size", "resources.gpus_per_engine", SAME),
     ("actor_rollout_ref.rollout.name", "rollout.engine", CONVERTED, "vllm is `rollout.engine: vllm`; sglang has no equivalent."),
     ("actor_rollout_ref.model.path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
+    ("actor_rollout_ref.model.lora_rank", "model.lora", CONVERTED, "the adapters' rank; 0 (verl's default) is none."),
+    ("actor_rollout_ref.model.lora_alpha", "model.lora", CONVERTED, "model.lora.alpha, with lora_rank."),
+    ("actor_rollout_ref.model.target_modules", "model.lora", CONVERTED,
+     "model.lora.target_modules; all-linear is null (every linear layer but the head)."),
     ("actor_rollout_ref.actor.ppo_mini_batch_size", "train.global_batch_size", CONVERTED,
      "verl counts prompts and multiplies by rollout.n; fasync counts samples: train.global_batch_size = "
      "ppo_mini_batch_size × rollout.n_samples_per_prompt."),
@@ -147,6 +153,8 @@ ROWS = [
 ]
 
 
+LORA_KEYS = ("actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora_alpha",
+             "actor_rollout_ref.model.target_modules")
 CHOICES = [
     Choice("algorithm.adv_estimator", {name: {"train.advantage_estimator": name} for name in (
         "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")}),
@@ -165,7 +173,8 @@ CHOICES = [
 
 
 def import_into(source: Source, out: Imported) -> set[str]:
-    converted = import_choices(CHOICES, source, out) | _import_algorithm(source, out)
+    converted = import_choices(CHOICES, source, out) | _import_algorithm(source, out) | import_lora(
+        source, out, *LORA_KEYS)
     fully_async = any(k.startswith("async_training.") for k in source.values)
     out.set("mode", "fully_async" if fully_async else "sync",
             "verl's fully-async recipe (async_training.*)" if fully_async else "verl's PPO trainer is synchronous")
@@ -261,6 +270,7 @@ def _express_algorithm(cfg, derived, out: Expressed) -> None:
         out.put("reward_model.overlong_buffer.enable", True, "reward.overlong_buffer")
         out.put("reward_model.overlong_buffer.len", cfg.reward.overlong_buffer, "reward.overlong_buffer")
         out.put("reward_model.overlong_buffer.penalty_factor", cfg.reward.overlong_penalty, "reward.overlong_penalty")
+    express_lora(cfg, out, *LORA_KEYS)
     out.note_algorithm(cfg, ALGORITHM_SETTINGS)
 
 

@@ -32,7 +32,7 @@ from torch import Tensor
 from fasync.model import build_model, build_tokenizer
 from fasync.model.policy import DTYPES
 from fasync.rollout.types import Sample
-from fasync.train import correction, distributed
+from fasync.train import correction, distributed, lora
 from fasync.train.advantages import compute_advantages, overlong_penalty
 from fasync.train.batching import MicroBatch, collate, plan_steps, rank_micro_batches
 from fasync.train.losses import aggregate, clipped_surrogate, k3_kl
@@ -60,6 +60,10 @@ class Trainer:
         # Eval mode throughout, gradients or not: with dropout on, the policy trained would not be the one the
         # engines sample from (and score behaviour logprobs with), so even fresh samples would look off-policy.
         self.model = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32).to(self.device).eval()
+        if cfg.model.lora is not None:
+            lora.apply(self.model, cfg.model.lora)
+        self.engine_weights = lora.EngineWeights(self.model) if cfg.model.lora is not None else self.model
+        """What the engines load, read through `state_dict()`: the model, or its merged weights under LoRA."""
         if cfg.train.activation_checkpointing:
             from torch.distributed._composable import checkpoint
 
@@ -77,8 +81,9 @@ class Trainer:
         else:
             distributed.broadcast_parameters(self.model)
             if self.reference is not None:
-                self.reference.load_state_dict(self.model.state_dict())
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
+                self.reference.load_state_dict(self.engine_weights.state_dict())
+        # Only what trains: under LoRA the adapters, so AdamW holds moments for them alone.
+        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
         self.rollouts = 0
         self.steps = 0
@@ -269,7 +274,7 @@ class Trainer:
     def weight_buckets(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES):
         """The policy's weights in the engines' dtype, whole, bucketed, on the trainer's device; every rank
         must iterate (`fasync.weights.buckets`)."""
-        return weight_buckets(self.model, self.compute_dtype, bucket_bytes)
+        return weight_buckets(self.engine_weights, self.compute_dtype, bucket_bytes)
 
     def rollout_state_dict(self) -> dict[str, Tensor]:
         """Weights for the rollout engines, on the CPU (what crosses to the engine actors); every rank must call."""
