@@ -7,13 +7,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from sections import with_sections
-from test_trainer import favoured_batch, short_sync_loop, trainer_logprobs
+from test_trainer import favoured_batch, favoured_probability, trainer_logprobs
 
 from fasync.checkpoint import Checkpoint
 from fasync.checkpoint.state import export_policy, load_trainer, save_trainer
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import resolve
 from fasync.model import build_model, build_tokenizer
+from fasync.rollout.types import Sample
 from fasync.train.trainer import Trainer
 
 torch.set_num_threads(1)
@@ -87,17 +88,15 @@ def test_a_checkpoint_resumes_the_adapters_exactly_and_exports_adapter_or_merged
     assert merged.keys() == build_model(cfg.model, build_tokenizer(cfg.model, cfg.data), seed=0).state_dict().keys()
 
 
-@pytest.mark.slow
-def test_lora_learns_the_quickstart_sized_loop_within_a_stated_fraction_of_full_fine_tuning():
-    """The sync loop of tests/test_trainer.py with rank-16 adapters: its reward gain over 60 rollouts is at least
-    half of full fine-tuning's (the adapters move 1/8 of the weights' rank)."""
-    def gain(**sections) -> float:
-        rewards = [sum(s.reward for s in samples) / len(samples) for samples in short_sync_loop(**sections)]
-        return sum(rewards[-10:]) / 10 - sum(rewards[:10]) / 10
-
-    full = gain()
-    adapted = gain(model={"lora": {"rank": 16, "alpha": 32}}, train={"lr": 1e-2})
-    assert full > 0.1 and adapted > 0.5 * full, (full, adapted)
+def test_the_adapters_alone_raise_the_rewarded_tokens_probability():
+    """The fixed batch of tests/test_trainer.py: three steps move the favoured token's mean probability from about
+    0.060 to 0.106 (measured); 0.02 leaves room for other CPUs' rounding, far above none at all."""
+    trainer = Trainer(resolve(config()))
+    samples = favoured_batch(trainer)
+    before = favoured_probability(trainer)
+    for _ in range(3):
+        trainer.train_rollout([Sample(**vars(s)) for s in samples], current_version=0)
+    assert favoured_probability(trainer) > before + 0.02
 
 
 def test_a_hugging_face_model_takes_adapters_on_every_linear_layer_but_the_head(tmp_path):
