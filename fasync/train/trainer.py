@@ -96,7 +96,7 @@ class Trainer:
         train = self.cfg.train
         advantages = compute_advantages(self._shaped_rewards(samples), [s.group_id for s in samples],
                                         train.advantage_estimator, train.normalize_advantage_std,
-                                        [len(s.output_ids) for s in samples])
+                                        [sum(s.trained) for s in samples])
         for sample, advantage in zip(samples, advantages):
             sample.advantage = advantage
         rng = random.Random(train.seed * 1_000_003 + self.rollouts)
