@@ -154,6 +154,19 @@ def test_checkpoint_interval_becomes_optimizer_steps_and_trackers_carry_over(fra
     assert "converted by hand" not in out.read_text()
 
 
+def test_a_checkpoint_interval_in_rollouts_counts_the_steps_of_every_epoch(tmp_path):
+    source = tmp_path / "run.sh"
+    source.write_text("python -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=256 "
+                      "actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=64 "
+                      "actor_rollout_ref.actor.ppo_epochs=2 trainer.save_freq=10\n")
+    out = tmp_path / "fasync.yaml"
+    CliRunner().invoke(app, ["import", "verl", str(source), "-o", str(out)])
+    cfg = load_config(out).config
+    # 256 / 64 = 4 mini-batches, each of 2 epochs: 8 optimizer steps per training step, every 10 of them.
+    assert (cfg.train.ppo_epochs, cfg.checkpoint.every) == (2, 80)
+    assert "10 rollouts × 8 optimizer steps per rollout = 80 optimizer steps" in out.read_text()
+
+
 def test_trackers_a_source_does_not_name_stay_off(tmp_path):
     source = tmp_path / "train.py"
     source.write_text("from trl import GRPOConfig\nargs = GRPOConfig(report_to='none', save_steps=10)\n")

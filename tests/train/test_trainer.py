@@ -498,6 +498,21 @@ def test_overlong_shaping_enters_the_advantages_not_the_reward_records():
     assert [s.advantage for s in samples[:4]] == pytest.approx([0.25 / scale] * 2 + [-0.25 / scale] * 2, rel=1e-12)
 
 
+def test_reinforce_plus_plus_whitens_over_the_trained_tokens_only():
+    cfg = config(train={"micro_batch_size": 8, "advantage_estimator": "reinforce_plus_plus"})
+    trainer = Trainer(resolve(cfg))
+    samples = favoured_batch(trainer)
+    for sample in samples[::2]:  # the first output token an observation, as in an agentic trajectory
+        sample.loss_mask = [False] + [True] * (len(sample.output_ids) - 1)
+    trainer.train_rollout(samples, current_version=0)
+    rewards, groups = [s.reward for s in samples], [s.group_id for s in samples]
+    trained = compute_advantages(rewards, groups, "reinforce_plus_plus", True, [sum(s.trained) for s in samples])
+    every = compute_advantages(rewards, groups, "reinforce_plus_plus", True, [len(s.output_ids) for s in samples])
+    # Both sides are compute_advantages' float64 arithmetic on the same inputs: equal but for rounding.
+    assert [s.advantage for s in samples] == pytest.approx(trained, rel=1e-12)
+    assert trained != pytest.approx(every, rel=1e-6)
+
+
 def short_sync_loop(rollouts: int = 60, **sections) -> list[list[Sample]]:
     """The quickstart-sized generate-score-train loop of the test above, with `sections` over its config; each
     rollout's samples."""
