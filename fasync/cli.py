@@ -17,6 +17,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Launcher and linter for sync, async and fully-async RL post-training.")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect resolved configs.")
 app.add_typer(config_app, name="config")
+data_app = typer.Typer(no_args_is_help=True, help="Inspect a config's data.")
+app.add_typer(data_app, name="data")
 
 class CheckFormat(str, Enum):
     text = "text"
@@ -126,6 +128,21 @@ def config_show(
                                          as_framework.value if as_framework is not None else None))
 
 
+@data_app.command("show")
+def data_show(
+    targets: Annotated[list[str], typer.Argument(metavar="FILE [KEY=VALUE...]")],
+    count: Annotated[int, typer.Option("-n", min=1, help="How many prompts to print.")] = 3,
+) -> None:
+    """Print the first prompts of the config's data exactly as the model is fed them (chat template, system
+    prompt and special tokens applied), with their token counts and labels."""
+    from fasync.commands import data as command
+
+    files, overrides = split_targets(targets)
+    if len(files) != 1:
+        _fail("fasync data show: give exactly one config file")
+    raise typer.Exit(command.show(files[0], overrides, count))
+
+
 @app.command()
 def train(
     targets: Annotated[list[str] | None, typer.Argument(metavar="FILE [KEY=VALUE...]",
@@ -198,7 +215,7 @@ def evaluate(
     run_dir: Annotated[str, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
     step: Annotated[int | None, typer.Option("--step", help="The checkpoint after this many optimizer steps "
                                              "(default: the newest).")] = None,
-    data: Annotated[str | None, typer.Option("--data", metavar="FILE", help="A JSONL file of prompts and labels "
+    data: Annotated[str | None, typer.Option("--data", metavar="FILE", help="A dataset file of prompts and labels "
                                              "to evaluate on (default: the run's eval set).")] = None,
     export: Annotated[str | None, typer.Option("--export", metavar="DIR", help="Evaluate the policy `fasync "
                                                "export` wrote to DIR instead of a checkpoint.")] = None,

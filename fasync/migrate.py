@@ -19,7 +19,7 @@ import yaml
 from fasync import python_launcher, shell
 from fasync.diagnostics import show_value
 from fasync.frameworks import FRAMEWORKS, normalize, row_for
-from fasync.frameworks.common import CONVERTED, NONE, SAME, Expressed, Imported, ImportFailure, Source
+from fasync.frameworks.common import ADAPT, CONVERTED, NONE, SAME, Expressed, Imported, ImportFailure, Source
 
 # --- reading sources ---------------------------------------------------------------------------------------
 
@@ -99,7 +99,7 @@ def read(framework: str, sources: list[str], environment: dict[str, str] | None 
     for written, value in settings.items():
         unknown = shell.unknown_in(value)
         if unknown:
-            source.unresolved[written] = unknown
+            source.unresolved[written] = value
             continue
         row = row_for(framework, written)
         key = row.source if row is not None and not row.source.endswith("*") else \
@@ -230,6 +230,9 @@ def translate(source: Source) -> Imported:
                         from_pairs.add(target)
         elif row.kind == CONVERTED:
             by_hand.append((key, written, value, row.note))
+        elif row.kind == ADAPT and value not in (None, False, ""):  # a flag that is off names nothing
+            out.need(row.targets[0], f"{framework.display}'s {written} {show_value(value)}: {row.note.rstrip('.')}")
+            out.unmapped.append((written, value, f"adapt it: {row.note}"))
     model_unresolved = any("model.path" in getattr(row_for(framework.id, key), "targets", ())
                            for key in source.unresolved)
     if out.values.get("rollout.engine", (None,))[0] == "vllm" and "model.path" not in out.values \
@@ -237,11 +240,22 @@ def translate(source: Source) -> Imported:
         engine_why = out.values.pop("rollout.engine")[1]
         out.unmapped.append(("rollout.engine", "vllm", f"{engine_why}; vLLM loads a Hugging Face model: set "
                              "model.path, then rollout.engine: vllm"))
+    for written, value in source.unresolved.items():  # a function or a file the script's variables hide
+        row = row_for(framework.id, written)
+        task = [t for t in TASK_KEYS if t in row.targets and t not in out.values] if row is not None else []
+        if task:
+            unknown = ", ".join(map(shell.shown, shell.unknown_in(value)))
+            out.need(task[0], f"{framework.display}'s {written} {_shown(value)} depends on {unknown}, which the script "
+                     "does not set")
     # Last: the interval's conversion needs the geometry every other key has set.
     converted |= _checkpoint_interval(source, out)
     out.unmapped += [(written, value, f"converted by hand: {note}")
                      for key, written, value, note in by_hand if key not in converted]
     return out
+
+
+TASK_KEYS = ("data.path", "reward.function", "reward.url", "rollout.function", "rollout.env")
+"""What the source's task is: without these a config trains the built-in reverse task with exact_match."""
 
 
 _NOT_TRAINING = ("eval", "val", "valid", "validation", "test", "critic", "judge", "reward_model", "ref",
@@ -325,8 +339,7 @@ def render(framework: str, sources: list[str], imported: Imported, source: Sourc
         if source.unresolved:
             lines.append(_comment(f"# Not imported: their values depend on what the script does not say"
                                   f"{_unknown_hint(source)}:"))
-            lines += [f"#   {_comment(key)}: {_comment(' '.join(map(str, value)) if isinstance(value, list) else value)}"
-                      for key, value in ((k, [shell.shown(v) for v in vs]) for k, vs in source.unresolved.items())]
+            lines += [f"#   {_comment(key)}: {_comment(_shown(value))}" for key, value in source.unresolved.items()]
     values = dict(sorted(imported.values.items(), key=lambda kv: (kv[0] != "mode", kv[0])))
     section = None
     for key, (value, why) in values.items():
@@ -359,24 +372,38 @@ def import_config(framework: str, sources: list[str],
 
 def missing_task(framework: str, imported: Imported) -> str | None:
     """What the imported config lacks to train the source's task, as one sentence naming where the import
-    looked; None when it has both data and a reward. (Without them it would train fasync's built-in reverse
-    task with exact_match.)"""
+    looked, or how to adapt the source's own function; None when it has data and a reward (a reward function
+    or server, or an environment's) and every rollout function the source names. (Without them it would train
+    fasync's built-in reverse task, or single completions, scored by exact_match.)"""
     display, frameworks = FRAMEWORKS[framework].display, FRAMEWORKS[framework]
-    needed = []
-    if "data.path" not in imported.values:
-        looked = ", ".join(frameworks.data_keys) or f"no {display} setting names a dataset file"
-        needed.append(f"data.path (looked for {looked})")
-    if "reward.function" not in imported.values:
+    values, needs = imported.values, dict(imported.needs)
+    needed, data_need = [], needs.pop("data.path", None)
+    if "data.path" not in values:
+        why = data_need or (f"looked for {', '.join(frameworks.data_keys)}" if frameworks.data_keys
+                                               else f"no {display} setting names a dataset file")
+        needed.append(f"data.path ({why})")
+    rewarded = "reward.function" in values or "reward.url" in values or "rollout.env" in values
+    reward_need = needs.pop("reward.function", None)
+    if not rewarded and not needs.keys() & {"rollout.env", "reward.url"}:  # an environment's steps give the reward
         looked = ", ".join(frameworks.reward_keys)
-        needed.append(f"reward.function ({display}'s reward, {looked}, has no fasync equivalent yet)")
+        needed.append(f"reward.function ({reward_need or f'no {display} reward found: looked for {looked}'})")
+    needed += [f"{key} ({why})" for key, why in needs.items()]
     if not needed:
         return None
-    trains = "fasync's built-in reverse task" if "data.path" not in imported.values else "its data"
-    return f"set {' and '.join(needed)}: as written, the config trains {trains} scored by exact_match"
+    trains = "fasync's built-in reverse task" if "data.path" not in values else "its data"
+    how = [] if rewarded else ["scored by exact_match"]
+    if needs.keys() & {"rollout.env", "rollout.function"}:
+        how.insert(0, "one completion per prompt instead of the source's rollouts")
+    return f"set {' and '.join(needed)}: as written, the config trains {trains}{' ' if how else ''}{', '.join(how)}"
+
+
+def _shown(value: Any) -> str:
+    """A value that depends on unknown variables, as the script writes it (`${WORK_DIR}/reward.py`)."""
+    return shell.shown(" ".join(map(str, value)) if isinstance(value, list) else str(value))
 
 
 def _unknown_hint(source: Source) -> str:
-    names = sorted({shell.shown(part) for parts in source.unresolved.values() for part in parts})
+    names = sorted({shell.shown(part) for value in source.unresolved.values() for part in shell.unknown_in(value)})
     variables = [name[2:-1] for name in names if re.fullmatch(r"\$\{\w+\}", name)]
     if not names:
         return ""

@@ -12,10 +12,12 @@ in a subprocess, so a broken install is a finding, not a crash.
 | E002 | error | `rollout.engine: vllm`, but vLLM and torch do not import together |
 | E003 | error | `model.path` lacks a config.json or a tokenizer |
 | E004 | error | the model's context is shorter than the longest prompt + `rollout.max_new_tokens` |
-| E005 | error | `data.path` is missing, or a line is not UTF-8, longer than 4 MiB, or lacks the prompt or label key |
+| E005 | error | `data.path` is missing or unreadable, or a record lacks the prompt or label or has one of the wrong shape |
 | E006 | info  | no running cluster to compare: fasync will start a local one |
 | E007 | error | a tracker in `logging.backends` whose package is not installed (every check, not only --preflight) |
 | E008 | error | `rollout.function` or `rollout.env` does not import from the working directory, the config's directory or PYTHONPATH |
+| E009 | info  | the dataset as loaded: its size, its longest prompt in tokens and one prompt as the model is fed it |
+| E010 | error | `reward.function`'s module is not found (every check, without importing it); with --preflight, it cannot be imported or called, or `reward.url` does not answer |
 """
 
 from __future__ import annotations
@@ -83,20 +85,12 @@ def _packages(result: LoadResult) -> list[Diagnostic]:
 
 def _longest_prompt(cfg, tokenizer) -> int | None:
     """Tokens of the longest prompt as the tokenizer feeds it: over the dataset, or a built-in task's pool."""
-    if cfg.data.path is None:
-        if cfg.data.task is None:
-            return None
-        from fasync.data.tasks import generate_problems
+    from fasync.data.datasets import build_dataset, prompt_tokens
 
-        problems = generate_problems(cfg.data.task, cfg.data.length, min(cfg.data.num_prompts, 256), cfg.data.seed)
-        return max(len(tokenizer.format_prompt(problem.prompt)) for problem in problems)
-    from fasync.data.datasets import read_lines
-
-    longest = 0
-    for _, line in read_lines(Path(cfg.data.path)):
-        if line.strip():
-            longest = max(longest, len(tokenizer.format_prompt(json.loads(line)[cfg.data.prompt_key])))
-    return longest
+    if cfg.data.path is None and cfg.data.task is None:
+        return None
+    dataset = build_dataset(cfg.data)
+    return max(prompt_tokens(dataset, index, tokenizer) for index in range(len(dataset)))
 
 
 def _model(result: LoadResult) -> list[Diagnostic]:
@@ -137,29 +131,53 @@ def _model(result: LoadResult) -> list[Diagnostic]:
 
 
 def _dataset(result: LoadResult) -> list[Diagnostic]:
+    """E005 for a dataset that cannot be read or has a record of the wrong shape (every record is read);
+    else E009: its size, longest prompt and one prompt as built."""
+    from fasync.data.datasets import MissingKey, build_dataset, prompt_tokens
+    from fasync.model.tokenizer import build_tokenizer
+
     cfg = result.config
     if cfg.data.path is None:
         return []
-    path = Path(cfg.data.path)
-    if not path.is_file():
-        return [finding(result, "E005", "data.path", f"`data.path` {path} does not exist")]
-    from fasync.data.datasets import read_lines
-
     try:
-        for number, line in read_lines(path):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                return [finding(result, "E005", "data.path", f"{path}:{number} is not a JSON object")]
-            for key in ("prompt_key", "label_key"):
-                name = getattr(cfg.data, key)
-                if not isinstance(record, dict) or name not in record:
-                    return [finding(result, "E005", f"data.{key}", f"{path}:{number} has no key {name!r}",
-                                    f"set `data.{key}` to the field that holds it")]
-    except ConfigurationError as error:  # a line too long, or not UTF-8
+        dataset = build_dataset(cfg.data)
+    except MissingKey as error:
+        key = error.setting.removeprefix("data.")
+        return [finding(result, "E005", error.setting, f"{error.where} has no key {error.key!r}",
+                        f"set `data.{key}` to the field that holds it")]
+    except ConfigurationError as error:
         return [finding(result, "E005", "data.path", str(error).removeprefix("data.path: "))]
+    try:
+        tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
+        lengths = [prompt_tokens(dataset, index, tokenizer) for index in range(len(dataset))]
+    except (OSError, ValueError, ConfigurationError) as error:
+        return [finding(result, "E005", "data.path", str(error).removeprefix("data.path: "))]
+    longest = max(range(len(dataset)), key=lengths.__getitem__)
+    built = json.dumps(tokenizer.prompt_text(dataset.problems[0].prompt))
+    return [finding(result, "E009", "data.path", f"{len(dataset):,} records; the longest prompt is {lengths[longest]} "
+                    f"tokens ({dataset.location(longest)}); the first as built ({lengths[0]} tokens): "
+                    f"{built[:300]}{'...' if len(built) > 300 else ''}", "`fasync data show` prints built prompts whole")]
+
+
+def _reward(result: LoadResult) -> list[Diagnostic]:
+    """E010 when the reward cannot be resolved: its module does not import, lacks the function, or the function
+    takes what fasync cannot give; for `reward.url`, a server that does not answer."""
+    from fasync.data.rewards import build_reward, reward_search_path
+    from fasync.lint.environment import unresolved_reward
+
+    cfg = result.config
+    if unresolved_reward(result):
+        return []  # every check reported it already
+    key = "reward.url" if cfg.reward.url is not None else "reward.function"
+    try:
+        if cfg.reward.url is not None:
+            from fasync.data.remote import probe
+
+            probe(cfg.reward)
+        else:  # imported as `fasync train` imports it
+            build_reward(cfg.reward, reward_search_path(Path(result.provenance.top_file).parent))
+    except ConfigurationError as error:
+        return [finding(result, "E010", key, str(error).removeprefix(f"{key}: "))]
     return []
 
 
@@ -191,4 +209,5 @@ def preflight(result: LoadResult) -> list[Diagnostic]:
     """Every preflight finding for a loaded config (none when it did not load)."""
     if result.config is None:
         return []
-    return [*_cluster(result), *_packages(result), *_model(result), *_dataset(result), *_rollout_module(result)]
+    return [*_cluster(result), *_packages(result), *_model(result), *_dataset(result), *_rollout_module(result),
+            *_reward(result)]

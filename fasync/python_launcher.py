@@ -137,8 +137,10 @@ def _text(node: ast.AST, scope: _Scope) -> str:
 
 def config_keywords(text: str, environment: dict[str, str]) -> tuple[str, dict[str, object]]:
     """(the config class, its keywords) of the first `...GRPOConfig(...)` call, with the `model` of the
-    `...Trainer(...)` call; a keyword whose value cannot be computed is left out. ("", {}) when there is no
-    config call; SyntaxError when the text is not Python."""
+    `...Trainer(...)` call and its `reward_funcs` (as written: names, or a reward model's id) and
+    `environment_factory` (as written); a keyword whose
+    value cannot be computed is left out. ("", {}) when there is no config call; SyntaxError when the text is not
+    Python."""
     try:
         tree = ast.parse(text)
     except SyntaxError as error:
@@ -155,6 +157,13 @@ def config_keywords(text: str, environment: dict[str, str]) -> tuple[str, dict[s
     trainer = next((node for node in calls if _called(node).endswith("Trainer")), None)
     if trainer is not None and "model" in (found := _keywords(trainer, scope)):
         keywords.setdefault("model", found["model"])
+    for keyword in trainer.keywords if trainer is not None else ():
+        if keyword.arg == "reward_funcs":
+            value = keyword.value
+            elements = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+            keywords["reward_funcs"] = [e.value if isinstance(e, ast.Constant) else ast.unparse(e) for e in elements]
+        elif keyword.arg == "environment_factory":
+            keywords["environment_factory"] = ast.unparse(keyword.value)
     return _called(config), keywords
 
 

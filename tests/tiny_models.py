@@ -50,3 +50,8 @@ def skip_unless_vllm_cpu(why: str = "these tests run vLLM's CPU build") -> None:
 
     if not current_platform.is_cpu():
         pytest.skip(why)
+
+
+ROLE_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'][0] }} {{ m['content'] }} {% endfor %}"
+                 "{% if add_generation_prompt %}={% endif %}")
+"""A chat template that marks each message's role (`s`, `u`) so that a test sees the system prompt kept."""

@@ -94,7 +94,8 @@ def evaluate_run(directory: Path, step: int | None, data: str | None, export: st
     (None: the run's own eval set)."""
     from fasync.config.loader import load_config
     from fasync.data.held_out import build_eval_prompts
-    from fasync.data.rewards import build_reward, reward_search_path
+    from fasync.data.rewards import reward_search_path
+    from fasync.data.scoring import RewardRunner
     from fasync.errors import ConfigurationError
     from fasync.eval.evaluation import Evaluator
     from fasync.launch import rundir
@@ -125,7 +126,7 @@ def evaluate_run(directory: Path, step: int | None, data: str | None, export: st
         for group in groups:
             group.requests = [by_id[req.request_id] for req in group.requests]
 
-    evaluator = Evaluator(cfg, tokenizer, build_reward(cfg.reward, search_path), prompts, generate)
+    evaluator = Evaluator(cfg, tokenizer, RewardRunner(cfg.reward, search_path), prompts, generate)
     metrics = evaluator.evaluate()
     metrics["eval/weight_version"] = policy.version
     return policy, cfg, metrics, evaluator.last_groups

@@ -108,10 +108,14 @@ def build_data(resolved: Resolved, config_dir: Path):
         context = dims.max_context if dims is not None else None
         eval_prompts = build_eval_prompts(resolved.config, factory.tokenizer, context) \
             if resolved.config.eval.enabled else None
-        return factory, eval_prompts
     except ConfigurationError as error:
         _echo(f"fasync train: {error}")
         return None
+    dataset = factory.dataset
+    if dataset.filtered:
+        _echo(f"fasync train: data: {dataset.filtered} overlong prompt{'s' * (dataset.filtered != 1)} of "
+              f"{dataset.filtered + len(dataset)} dropped (`data.overlong_prompts: filter`); {len(dataset)} remain")
+    return factory, eval_prompts
 
 
 def _holding_lock(acquire, body, refused: int) -> int:
@@ -254,7 +258,7 @@ def _checkpoint_to_resume(directory: Path, changes: dict[str, tuple]):
 
 def _worker_env() -> dict:
     """What every worker's environment takes from the driver's: its PYTHONPATH (a `module:function` reward
-    brings its own directories, `fasync.data.rewards.ModuleReward`), and no Hugging Face progress bars, whose
+    brings its own directories, `fasync.data.rewards.Reward`), and no Hugging Face progress bars, whose
     weight loading would draw them into the console (unless the driver's environment asks for them)."""
     env = {"HF_HUB_DISABLE_PROGRESS_BARS": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")}
     paths = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]

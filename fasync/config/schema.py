@@ -54,9 +54,42 @@ class DataConfig(Section):
         "reverse",
         description="Built-in verifiable task. Ignored when `data.path` is set.",
     )
-    path: Optional[str] = Field(None, description="JSONL dataset, one object per line with a prompt and a label.")
-    prompt_key: str = Field("prompt", description="JSONL key holding the prompt text.")
-    label_key: str = Field("label", description="JSONL key holding the reference answer.")
+    path: Optional[str] = Field(
+        None, description="Dataset file or directory: JSONL, parquet, JSON, or a Hugging Face dataset saved with "
+        "`save_to_disk`. One record per prompt; verl's RL layout (`prompt`, `reward_model.ground_truth`, "
+        "`data_source`, `extra_info`) reads as it is.",
+    )
+    format: Optional[Literal["jsonl", "parquet", "json", "hf_disk"]] = Field(
+        None, description="Format of `data.path`. Null: read from the file (parquet's magic bytes, a saved "
+        "dataset's directory, else the suffix).",
+    )
+    prompt_key: str = Field(
+        "prompt", description="Key of the prompt in each record: text, or a list of chat messages "
+        "(`{role, content}`). Dots name nested keys.",
+    )
+    label_key: Optional[str] = Field(
+        None, description="Key of the reference answer (dots name nested keys, e.g. `reward_model.ground_truth`). "
+        "Null: `label`, or `reward_model.ground_truth` where a record has no `label`.",
+    )
+    system_prompt: Optional[str] = Field(
+        None, description="A system message put before every prompt that does not begin with one.",
+    )
+    chat_template: bool = Field(
+        True, description="Build prompts with the tokenizer's chat template (when it has one), the messages as "
+        "given. False: the prompt text, or the messages' contents joined by newlines, encoded as they are.",
+    )
+    chat_template_kwargs: dict[str, Union[str, int, float, bool]] = Field(
+        {}, description="Extra arguments to the chat template (e.g. `enable_thinking: false`).",
+    )
+    sampling: Optional[Literal["epoch", "replacement"]] = Field(
+        None, description="`epoch`: every prompt once per epoch, in a new order each epoch. `replacement`: "
+        "independent draws. Null: `epoch` for `data.path`, `replacement` for a built-in task.",
+    )
+    overlong_prompts: Literal["fail", "filter"] = Field(
+        "fail", description="A prompt longer than `data.max_prompt_tokens`, or one that leaves no room in the "
+        "model's context: `fail` stops the run naming it, `filter` drops it and counts the drops (verl's "
+        "`filter_overlong_prompts`).",
+    )
     length: int = Field(6, ge=1, le=32, description="Built-in tasks: number of digits in each problem.")
     num_prompts: int = Field(
         4096, ge=1, description="Built-in tasks: size of the generated prompt pool (sampled with replacement)."
@@ -64,15 +97,35 @@ class DataConfig(Section):
     seed: int = Field(0, description="Seed for generating and shuffling prompts.")
     max_prompt_tokens: Optional[int] = Field(
         None, ge=1, description="Longest prompt in tokens, for the memory check (`fasync check --preflight` "
-        "measures the dataset against it). Null: a built-in task's own length; 1024 for a dataset file.",
+        "measures the dataset against it) and `data.overlong_prompts`. Null: a built-in task's own length; 1024 "
+        "for a dataset file (the memory check only).",
     )
 
 
 class RewardConfig(Section):
     function: str = Field(
         "exact_match",
-        description="Built-in reward (`exact_match`, `partial_match`, `boxed_math`) or `module:function` "
-        "taking (completion, label) and returning a float.",
+        description="Built-in reward (`exact_match`, `partial_match`, `boxed_math`, `math_verify`) or "
+        "`module:function`. The function takes the fields it names: `(completion, label)`, verl's "
+        "`(data_source, solution_str, ground_truth, extra_info)`, or any of `record`, `prompt`, "
+        "`completion_tokens`, `finish_reason`; it may be `async def`. Returns a float.",
+    )
+    url: Optional[str] = Field(
+        None, description="An HTTP reward server: completions are posted to it in batches instead of calling "
+        "`reward.function` (docs/training.md#a-remote-reward).",
+    )
+    batched: bool = Field(
+        False, description="`reward.function` takes lists (each field it names, one value per completion) and "
+        "returns a list of rewards, `reward.batch_size` completions a call.",
+    )
+    batch_size: int = Field(16, ge=1, description="Completions per request to `reward.url`, or per call of a "
+                            "batched `reward.function`.")
+    concurrency: int = Field(8, ge=1, description="Reward calls (or requests) in flight at once.")
+    timeout_s: float = Field(60.0, gt=0, description="Longest wait for one reward (or one request) in seconds.")
+    retries: int = Field(3, ge=0, description="`reward.url`: retries of a failed request, with exponential backoff.")
+    on_error: Literal["fail", "drop"] = Field(
+        "fail", description="A reward that raises, times out or returns no finite number: `fail` stops the run "
+        "naming it; `drop` drops its group (ledger reason `reward_failed`) and goes on.",
     )
     overlong_buffer: Optional[int] = Field(
         None, ge=1, description="DAPO's overlong shaping: the last this many tokens of `rollout.max_new_tokens` are "
@@ -394,8 +447,8 @@ class LoggingConfig(Section):
 
 class EvalConfig(Section):
     path: Optional[str] = Field(
-        None, description="JSONL file of held-out prompts, read like `data.path` (the same `data.prompt_key` and "
-        "`data.label_key`; a record's `data_source`, when it has one, groups the results). Null: "
+        None, description="Dataset file of held-out prompts, read like `data.path` (any of its formats, the same "
+        "`data.prompt_key` and `data.label_key`; a record's `data_source`, when it has one, groups the results). Null: "
         "`eval.held_out_prompts` of the training data, if any.",
     )
     held_out_prompts: int = Field(

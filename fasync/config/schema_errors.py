@@ -23,7 +23,7 @@ from fasync.config.provenance import KeyPath, Provenance, format_key
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Diagnostic, show_value
 from fasync.frameworks import FRAMEWORKS, detect, foreign_key_hint, mappings_for, normalize
-from fasync.frameworks.common import NONE, SAME, KeyMapping
+from fasync.frameworks.common import ADAPT, NONE, SAME, KeyMapping
 
 _FIELD_NAMES = {path[-1] for path, _ in iter_fields()}
 _SECTIONS = {path[0] for path, info in iter_fields() if len(path) == 1 and section_fields(path) is not None}
@@ -209,7 +209,7 @@ def _grouped(raw: dict, unknown: list[KeyPath], leaves: list[tuple[KeyPath, Any]
              ) -> list[Diagnostic]:
     """One diagnostic for a config written for another framework, plus the likely typos of fasync keys."""
     typos = [path for path, _ in leaves if path not in foreign and _typo(path)]
-    exact, converted, missing = [], [], []
+    exact, converted, adapt, missing = [], [], [], []
     for path, _ in leaves:
         if path in typos:
             continue
@@ -220,6 +220,8 @@ def _grouped(raw: dict, unknown: list[KeyPath], leaves: list[tuple[KeyPath, Any]
             missing.append(f"`{format_key(path)}`")
         elif kinds == {SAME}:
             exact.append(f"`{format_key(path)}` → {', '.join(f'`{t}`' for t in targets)}")
+        elif kinds == {ADAPT}:
+            adapt.append(f"`{format_key(path)}` → {', '.join(f'`{t}`' for t in targets)}")
         else:
             notes = " ".join(dict.fromkeys(row.note for row in rows if row.note))
             converted.append(f"`{format_key(path)}` → {', '.join(f'`{t}`' for t in targets)} ({notes})")
@@ -228,12 +230,15 @@ def _grouped(raw: dict, unknown: list[KeyPath], leaves: list[tuple[KeyPath, Any]
     parts = [f"the same value: {'; '.join(exact)}" if exact else "",
              f"converted: {'; '.join(converted)}" if converted else "",
              f"no equivalent: {', '.join(missing)}" if missing else "",
+             f"a function of {name}'s own signature, to adapt (docs/migrate.md): "
+             f"{'; '.join(adapt)}" if adapt else "",
              f"`fasync import {framework} FILE -o fasync.yaml` converts every key, the arithmetic in a comment; the "
              "lint rules ran on the rest of this config with the keys of the first group (marked `assumed`) and "
              "defaults for the others"]
     first = min((path for path, _ in leaves), key=lambda p: _position(provenance, p))
     message = (f"this looks like a {name}{variant} config: {len(exact) + len(converted)} keys map to fasync keys "
-               f"({len(exact)} with the same value, {len(converted)} converted), {len(missing)} have no equivalent")
+               f"({len(exact)} with the same value, {len(converted)} converted), {len(missing)} have no equivalent"
+               + (f", {len(adapt)} name a function to adapt" if adapt else ""))
     out = [report(problems.FOREIGN_KEY, message, provenance.origin(first), help="\n  ".join(p for p in parts if p))]
     out += [report(problems.UNKNOWN_KEY, f"unknown key `{format_key(path)}`", provenance.origin(path),
                    help=f"did you mean `{_typo(path)}`?", key=format_key(path)) for path in typos]

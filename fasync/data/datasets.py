@@ -1,139 +1,182 @@
-"""Prompt pools: a built-in task or a JSONL file, validated when built so a bad one stops the run early.
+"""Prompt pools: a built-in task or a dataset file, validated when built so a bad one stops the run early.
 
-`build_dataset` reads the file (each line's size, encoding, JSON and keys); `check_prompts` then holds every
-prompt against the tokenizer and the model's context. Both run in the driver, before Ray starts, and name
-the file and line of the first bad record.
+`build_dataset` reads the file (`fasync.data.records`: JSONL, JSON, parquet or a saved Hugging Face dataset) and
+checks each record's prompt and label; `check_prompts` then holds every prompt against the tokenizer and the
+model's context. Both run in the driver, before Ray starts, and name the file and line (or row) of the first bad
+record. `load_records` is the whole of it for a caller that has only a `data` section (an eval set).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 from fasync.config.schema import DataConfig
-from fasync.data.tasks import Problem, generate_problems
+from fasync.data.records import MISSING, lookup, read_records
+from fasync.data.tasks import Messages, Problem, generate_problems
 from fasync.errors import ConfigurationError
 
-MAX_LINE_BYTES = 4 << 20
-"""Longest dataset line fasync reads: 4 MiB, a million tokens of English text, more than any model's
-context. A longer line is refused before it is decoded or parsed: a stray binary or concatenated file would
-otherwise reach the engines whole (a 50 MB prompt grew an engine past 15 GB)."""
+
+class MissingKey(ConfigurationError):
+    """A record without the prompt or the label: `setting` names the key that looked for it."""
+
+    def __init__(self, where: str, key: str, setting: str, present: str):
+        super().__init__(f"data.path: {where}: no key {key!r} ({setting}); the line has: {present}")
+        self.where, self.key, self.setting = where, key, setting
+
+
+DEFAULT_LABEL_KEYS = ("label", "reward_model.ground_truth")
+"""Where a record's answer is looked for when `data.label_key` is null: fasync's own key, then verl's."""
 
 
 class PromptDataset:
-    """A fixed pool of problems, sampled with replacement."""
+    """A fixed pool of problems, drawn in epochs (each prompt once per epoch, reshuffled every epoch) or with
+    replacement."""
 
-    def __init__(self, problems: list[Problem], source: str, lines: list[int] | None = None):
+    def __init__(self, problems: list[Problem], source: str, locations: list[str] | None = None,
+                 epochs: bool = False, seed: int = 0):
         self.problems = problems
         self.source = source
-        self.lines = lines
-        """The file line of each problem; None for a built-in task."""
+        self.locations = locations
+        """Where each problem was read (`file:line`, `file row N`); None for a built-in task."""
+        self.epochs = epochs
+        self.seed = seed
+        self.filtered = 0
+        """Overlong prompts `check_prompts` dropped (`data.overlong_prompts: filter`)."""
 
     def __len__(self) -> int:
         return len(self.problems)
 
-    def sample_indices(self, n: int, rng: random.Random) -> list[int]:
-        """`n` indices into `problems`, drawn with replacement."""
-        return rng.choices(range(len(self.problems)), k=n)
+    def draw(self, cursor: int, count: int, rng: random.Random) -> list[int]:
+        """The indices of draws `cursor .. cursor + count - 1`. In epochs they are a function of the cursor
+        alone (epoch `e` is a permutation seeded by `data.seed` and `e`), so a resumed run draws what the
+        original would have; with replacement they come from `rng`, whose state the checkpoint keeps."""
+        if not self.epochs:
+            return rng.choices(range(len(self.problems)), k=count)
+        return [self._epoch_order(draw // len(self))[draw % len(self)] for draw in range(cursor, cursor + count)]
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.problems)))
+        random.Random(f"{self.seed}:{epoch}").shuffle(order)
+        return order
 
     def location(self, index: int) -> str:
-        """Where problem `index` comes from: `file:line`, or the built-in task."""
-        return f"{self.source}:{self.lines[index]}" if self.lines is not None else self.source
+        """Where problem `index` comes from: `file:line` (or row), or the built-in task."""
+        return self.locations[index] if self.locations is not None else self.source
 
     def where(self, index: int) -> str:
         """The setting and place of problem `index`, to begin a message: `data.path: file:line`, or
         `data.task: task reverse (length 6), prompt 17`."""
-        if self.lines is not None:
+        if self.locations is not None:
             return f"data.path: {self.location(index)}"
         return f"data.task: {self.location(index)}, prompt {index}"
 
 
-def read_lines(file: Path):
-    """(line number, text) for each line of `file`, refusing an over-long line or one that is not UTF-8."""
-    with file.open("rb") as stream:
-        number = 0
-        while raw := stream.readline(MAX_LINE_BYTES + 1):
-            number += 1
-            where = f"data.path: {file}:{number}"
-            if len(raw) > MAX_LINE_BYTES:
-                raise ConfigurationError(
-                    f"{where}: the line is longer than {MAX_LINE_BYTES >> 20} MiB, the most fasync reads for one "
-                    "record; no model's context holds a prompt that long. Check that the file is the JSONL dataset "
-                    "meant (one record per line), and drop or split this record")
-            try:
-                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                column = len(raw[: exc.start].decode("utf-8", errors="replace")) + 1
-                raise ConfigurationError(
-                    f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}). Save the file as "
-                    "UTF-8, e.g. `iconv -f latin1 -t utf-8 in.jsonl > out.jsonl` for Latin-1 text") from None
+def _prompt(value, key: str, where: str) -> str | Messages:
+    """A record's prompt: text, or a list of `{role, content}` chat messages."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(
+            isinstance(message, dict) and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str) for message in value):
+        return [{"role": message["role"], "content": message["content"]} for message in value]
+    shown = json.dumps(value, default=str)[:60]
+    raise ConfigurationError(f"{where}: {key!r} must be a string or a list of chat messages ({{\"role\": ..., "
+                             f"\"content\": ...}}), got {type(value).__name__} {shown}")
 
 
-def load_jsonl(path: str, prompt_key: str, label_key: str) -> PromptDataset:
-    """Problems from a JSONL file; labels that are numbers become strings, other labels that are not strings are
-    refused. Blank lines are skipped."""
-    file = Path(path)
-    if not file.is_file():
-        reason = "is a directory" if file.is_dir() else "does not exist"
-        raise ConfigurationError(f"data.path: {path} {reason}")
-    problems, lines = [], []
-    for number, line in read_lines(file):
-        if not line.strip():
-            continue
-        where = f"data.path: {path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
-        except RecursionError:
-            raise ConfigurationError(f"{where}: the JSON is nested too deeply to read; a record is one object of "
-                                     "strings, e.g. {\"prompt\": \"...\", \"label\": \"...\"}") from None
-        if not isinstance(record, dict):
-            raise ConfigurationError(f"{where}: expected a JSON object, got {type(record).__name__}")
-        for key, setting in ((prompt_key, "data.prompt_key"), (label_key, "data.label_key")):
-            if key not in record:
-                keys = ", ".join(sorted(record)) or "none"
-                raise ConfigurationError(f"{where}: no key {key!r} ({setting}); the line has: {keys}")
-        prompt = record[prompt_key]
-        if not isinstance(prompt, str):
-            raise ConfigurationError(f"{where}: {prompt_key!r} must be a string, got {type(prompt).__name__}")
-        label = record[label_key]
-        if isinstance(label, bool) or not isinstance(label, (str, int, float)):
-            # str() would make a label of null, true or a list into text no completion is meant to match
-            raise ConfigurationError(
-                f"{where}: {label_key!r} is {json.dumps(label)[:40]}, but a label must be a string (or a number, "
-                "taken as its text); give every record its answer, or drop records without one")
-        problems.append(Problem(prompt, str(label)))
-        lines.append(number)
+def _label(record: dict, label_key: str | None, where: str) -> tuple[str, object]:
+    """The record's answer as text, and as the record holds it (`where`: the record's file and line)."""
+    keys = (label_key,) if label_key is not None else DEFAULT_LABEL_KEYS
+    key = next((key for key in keys if lookup(record, key) is not MISSING), None)
+    if key is None:
+        raise MissingKey(where, keys[0], "data.label_key", ", ".join(sorted(record)) or "none")
+    label = lookup(record, key)
+    if isinstance(label, bool) or not isinstance(label, (str, int, float)):
+        # str() would make a label of null, true or a list into text no completion is meant to match
+        raise ConfigurationError(
+            f"data.path: {where}: {key!r} is {json.dumps(label, default=str)[:40]}, but a label must be a string (or a "
+            "number, taken as its text); give every record its answer, or drop records without one")
+    return str(label), label
+
+
+def load_file(data_cfg: DataConfig) -> PromptDataset:
+    """Problems from the dataset file at `data.path`, each record's prompt and label checked."""
+    path = data_cfg.path
+    problems, locations = [], []
+    for where, record in read_records(path, data_cfg.format):
+        prompt = lookup(record, data_cfg.prompt_key)
+        if prompt is MISSING:
+            raise MissingKey(where, data_cfg.prompt_key, "data.prompt_key", ", ".join(sorted(record)) or "none")
+        text, value = _label(record, data_cfg.label_key, where)
+        problems.append(Problem(_prompt(prompt, data_cfg.prompt_key, f"data.path: {where}"), text, record, value))
+        locations.append(where)
     if not problems:
         raise ConfigurationError(f"data.path: {path} holds no records")
-    return PromptDataset(problems, path, lines)
+    return PromptDataset(problems, path, locations, epochs=data_cfg.sampling != "replacement", seed=data_cfg.seed)
 
 
 def build_dataset(data_cfg: DataConfig) -> PromptDataset:
     """The configured pool: `data.path` when set, else the built-in `data.task`."""
     if data_cfg.path is not None:
-        return load_jsonl(data_cfg.path, data_cfg.prompt_key, data_cfg.label_key)
+        return load_file(data_cfg)
     if data_cfg.task is None:
-        raise ConfigurationError("data: set data.task (a built-in task) or data.path (a JSONL file)")
+        raise ConfigurationError("data: set data.task (a built-in task) or data.path (a dataset file)")
     problems = generate_problems(data_cfg.task, data_cfg.length, data_cfg.num_prompts, data_cfg.seed)
-    return PromptDataset(problems, f"task {data_cfg.task} (length {data_cfg.length})")
+    return PromptDataset(problems, f"task {data_cfg.task} (length {data_cfg.length})",
+                         epochs=data_cfg.sampling == "epoch", seed=data_cfg.seed)
 
 
-def check_prompts(dataset: PromptDataset, tokenizer, context: int | None) -> None:
-    """Every prompt must tokenize (the embedded tokenizer knows a fixed alphabet) and leave room in the
-    model's `context` (prompt + completion tokens; None: unknown) for at least one completion token."""
-    for index, problem in enumerate(dataset.problems):
-        try:
-            prompt_tokens = len(tokenizer.format_prompt(problem.prompt))
-        except ValueError as exc:
+def prompt_tokens(dataset: PromptDataset, index: int, tokenizer) -> int:
+    """Tokens of problem `index`'s prompt as the model is fed it; a ConfigurationError naming the record when the
+    tokenizer cannot encode it."""
+    try:
+        return len(tokenizer.format_prompt(dataset.problems[index].prompt))
+    except ValueError as exc:
+        embedded = hasattr(tokenizer, "alphabet")
+        hint = ("The embedded tokenizer knows printable ASCII and newline; set `model.path` to a Hugging Face model "
+                "whose tokenizer covers this text, or clean the dataset" if embedded else
+                "Fix the record, or build prompts without the template (`data.chat_template: false`)")
+        raise ConfigurationError(f"{dataset.where(index)}: {exc}. {hint}") from None
+
+
+def check_prompts(dataset: PromptDataset, tokenizer, context: int | None, data_cfg: DataConfig) -> PromptDataset:
+    """Every prompt must tokenize (the embedded tokenizer knows a fixed alphabet), be at most
+    `data.max_prompt_tokens` long when that is set, and leave room in the model's `context` (prompt + completion
+    tokens; None: unknown) for at least one completion token. An overlong prompt stops the run, or with
+    `data.overlong_prompts: filter` is dropped: the dataset returned holds the rest and counts the drops."""
+    limit = data_cfg.max_prompt_tokens
+    kept = []
+    for index in range(len(dataset)):
+        tokens = prompt_tokens(dataset, index, tokenizer)
+        fills_context = context is not None and tokens >= context
+        if not fills_context and (limit is None or tokens <= limit):
+            kept.append(index)
+        elif data_cfg.overlong_prompts == "fail" and fills_context:
             raise ConfigurationError(
-                f"{dataset.where(index)}: {exc}. The embedded tokenizer knows printable ASCII and newline; set "
-                "`model.path` to a Hugging Face model whose tokenizer covers this text, or clean the dataset"
-            ) from None
-        if context is not None and prompt_tokens >= context:
-            raise ConfigurationError(
-                f"{dataset.where(index)}: the prompt is {prompt_tokens} tokens, but the model's context is {context} "
+                f"{dataset.where(index)}: the prompt is {tokens} tokens, but the model's context is {context} "
                 "tokens (prompt and completion together), which leaves no room to generate. Drop or shorten the "
-                "prompt, or use a model with a longer context (the embedded model's: `model.max_seq_len`)")
+                "prompt, use a model with a longer context (the embedded model's: `model.max_seq_len`), or set "
+                "`data.overlong_prompts: filter`")
+        elif data_cfg.overlong_prompts == "fail":
+            raise ConfigurationError(
+                f"{dataset.where(index)}: the prompt is {tokens} tokens, above `data.max_prompt_tokens` {limit}. "
+                "Raise the limit, shorten the prompt, or set `data.overlong_prompts: filter` to drop such prompts")
+    if len(kept) == len(dataset):
+        return dataset
+    if not kept:
+        raise ConfigurationError(f"data: every one of the {len(dataset)} prompts of {dataset.source} is overlong "
+                                 "(`data.overlong_prompts: filter` dropped them all)")
+    filtered = PromptDataset([dataset.problems[i] for i in kept], dataset.source,
+                             None if dataset.locations is None else [dataset.locations[i] for i in kept],
+                             dataset.epochs, dataset.seed)
+    filtered.filtered = len(dataset) - len(kept)
+    return filtered
+
+
+def load_records(data_cfg: DataConfig, tokenizer=None, context: int | None = None) -> PromptDataset:
+    """The problems a `data` section describes, each record checked, and with a tokenizer, each prompt held
+    against it and the model's `context` (`check_prompts`). For any caller with a data section: an eval set
+    loads the way the training set does."""
+    dataset = build_dataset(data_cfg)
+    return dataset if tokenizer is None else check_prompts(dataset, tokenizer, context, data_cfg)

@@ -7,13 +7,11 @@ context in the driver, before Ray starts, like the training prompts.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 from fasync.config.schema import FasyncConfig
-from fasync.data.datasets import PromptDataset, build_dataset, check_prompts, load_jsonl
+from fasync.data.datasets import PromptDataset, build_dataset, check_prompts
 from fasync.errors import ConfigurationError
 
 
@@ -29,9 +27,10 @@ class EvalPrompts:
 
 
 def subset(dataset: PromptDataset, indices: list[int]) -> PromptDataset:
-    """The problems at `indices`, keeping where each came from."""
-    lines = None if dataset.lines is None else [dataset.lines[i] for i in indices]
-    return PromptDataset([dataset.problems[i] for i in indices], dataset.source, lines)
+    """The problems at `indices`, keeping where each came from and how they are drawn."""
+    locations = None if dataset.locations is None else [dataset.locations[i] for i in indices]
+    return PromptDataset([dataset.problems[i] for i in indices], dataset.source, locations, dataset.epochs,
+                         dataset.seed)
 
 
 def split_held_out(dataset: PromptDataset, count: int, seed: int) -> tuple[PromptDataset, PromptDataset]:
@@ -52,35 +51,25 @@ def training_part(dataset: PromptDataset, cfg: FasyncConfig) -> PromptDataset:
     return dataset
 
 
-def read_data_sources(dataset: PromptDataset) -> list[str | None]:
-    """Each problem's `data_source`: the problem's own, or the `data_source` key of its JSONL record."""
-    sources = [getattr(problem, "data_source", None) for problem in dataset.problems]
-    if any(source is not None for source in sources) or dataset.lines is None:
-        return sources
-    wanted = set(dataset.lines)
-    by_line: dict[int, str | None] = {}
-    with Path(dataset.source).open(encoding="utf-8-sig") as stream:
-        for number, line in enumerate(stream, 1):
-            if number in wanted:
-                source = json.loads(line).get("data_source")
-                by_line[number] = None if source is None else str(source)
-    return [by_line[line] for line in dataset.lines]
-
-
 def build_eval_prompts(cfg: FasyncConfig, tokenizer, context: int | None) -> EvalPrompts | None:
     """The configured eval set (its first `eval.max_prompts`), checked as the training prompts are; None when the
     config evaluates nothing. Raises ConfigurationError naming the file and line of a bad record."""
     spec = cfg.eval
     if spec.path is not None:
-        dataset = load_jsonl(spec.path, cfg.data.prompt_key, cfg.data.label_key)
+        dataset = build_dataset(cfg.data.model_copy(update={"path": spec.path}))
     elif spec.held_out_prompts:
         dataset = split_held_out(build_dataset(cfg.data), spec.held_out_prompts, cfg.data.seed)[1]
     elif spec.enabled:
         raise ConfigurationError("eval: evaluation is on (eval.every or eval.before_train) but there is nothing "
-                                 "to evaluate; set eval.path (a JSONL file) or eval.held_out_prompts")
+                                 "to evaluate; set eval.path (a dataset file) or eval.held_out_prompts")
     else:
         return None
     if spec.max_prompts is not None and spec.max_prompts < len(dataset):
         dataset = subset(dataset, list(range(spec.max_prompts)))
-    check_prompts(dataset, tokenizer, context)
-    return EvalPrompts(dataset, read_data_sources(dataset))
+    dataset = check_prompts(dataset, tokenizer, context, cfg.data)
+    return EvalPrompts(dataset, [_data_source(problem.record) for problem in dataset.problems])
+
+
+def _data_source(record: dict) -> str | None:
+    source = record.get("data_source")
+    return None if source is None else str(source)

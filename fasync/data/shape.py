@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from fasync.config.schema import FasyncConfig
 from fasync.data.tasks import TASKS
-from fasync.model.tokenizer import TASK_ALPHABET, CharTokenizer
+from fasync.model.tokenizer import build_tokenizer
 
 
 @dataclass(frozen=True)
@@ -28,5 +28,5 @@ def builtin_task_shape(cfg: FasyncConfig) -> TaskShape | None:
     if cfg.data.path is not None or cfg.model.path is not None or cfg.data.task is None:
         return None
     problem = TASKS[cfg.data.task](random.Random(0), cfg.data.length)
-    prompt = CharTokenizer(TASK_ALPHABET).format_prompt(problem.prompt)
+    prompt = build_tokenizer(cfg.model, cfg.data).format_prompt(problem.prompt)
     return TaskShape(cfg.data.task, len(prompt), len(problem.label))

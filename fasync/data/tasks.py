@@ -17,13 +17,23 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+Messages = list[dict[str, str]]
+"""A chat prompt: `{role, content}` messages, as the chat template takes them."""
 
 
 @dataclass(frozen=True)
 class Problem:
-    prompt: str
+    prompt: Union[str, Messages]
     label: str
+    """The reference answer as text (a number's text for a numeric one): what `(completion, label)` rewards get."""
+    record: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The whole record the problem was read from (empty for a built-in task): the fields a reward may name
+    (`data_source`, `extra_info`, ...)."""
+    ground_truth: Any = field(default=None, compare=False)
+    """The label as the record holds it (not made text); None for a built-in task, whose label is all it has."""
 
 
 def _digits(rng: random.Random, length: int) -> str:

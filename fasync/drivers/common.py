@@ -11,7 +11,6 @@ from fasync import checkpoint
 from fasync.checkpoint.run import DriverState, ModeCheckpoint, RunCheckpoints, Standing
 from fasync.drivers.generation import RolloutBatch
 from fasync.drivers.weight_sync import WeightSync
-from fasync.errors import TooManyBadSteps
 from fasync.launch.actors import TrainerGroup, start_engines
 from fasync.launch.faults import Watchdog
 from fasync.launch.placement import Placement
@@ -30,12 +29,10 @@ from fasync.weights.transport import check_transport, transport_of
 class Run:
     """One training run's actors (the engines and the trainer ranks, on the GPUs the plan reserves) and the parts
     every driver works through: the weight versions (`weights`), the step records (`records`, written by `log`),
-    the stop criteria (`stops`), the ledger's journal and the checkpoints.
-
-    Building a `Run` starts and opens nothing; `start` opens the run's files, starts the actors, takes up the
-    checkpoint the run resumes from (`resume`, whose driver.pt `resume_state` the caller has read before any actor
-    started) and starts pushing the trainer's weights; the driver then runs it, and `close` ends what it started. The sample ledger is the
-    driver's (`Driver.ledger`): it lives where the samples are."""
+    the stop criteria (`stops`), the ledger's journal and the checkpoints; the sample ledger is the driver's
+    (`Driver.ledger`), where the samples are. Building a `Run` starts nothing; `start` opens the run's files, starts
+    the actors, takes up the checkpoint it resumes from (`resume`; the caller read its driver.pt, `resume_state`,
+    before any actor started) and starts pushing the trainer's weights; `close` ends what it started."""
 
     def __init__(self, resolved: Resolved, factory: GroupFactory, run_dir: Path, progress: Progress,
                  engines: list | None = None, resume: checkpoint.Checkpoint | None = None,
@@ -116,13 +113,7 @@ class Run:
 
     def write(self, records: list[dict], weight_sync_time_s: float, ledger: Ledger) -> None:
         """Write a rollout's (drain's) step records and the ledger's journal."""
-        too_many = self.log.write(records, weight_sync_time_s, ledger)
-        if too_many is not None:
-            limit = self.cfg.train.max_bad_steps
-            raise TooManyBadSteps(
-                f"{too_many[0]} optimizer steps in a row had a NaN or inf loss or gradient and were skipped (the "
-                f"last at step {too_many[1]}; train.max_bad_steps: {limit}): the run stops without saving these "
-                "weights")
+        self.log.write(records, weight_sync_time_s, ledger)  # raises TooManyBadSteps at train.max_bad_steps
         self.watchdog.progressed()
         self.journal.write(ledger.take_journal())
 

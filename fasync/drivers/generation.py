@@ -77,7 +77,10 @@ class EngineRollouts:
             done = agent.generate(self.engines, groups, self.factory.params) if agent is not None else \
                 generate(self.engines, groups, self.factory.params, self.watchdog)
             for group in self.scored(done):
-                if cfg.dynamic_sampling and zero_variance(group):
+                if group.reward_failure is not None:
+                    drops["reward_failed"] += group.size
+                    self.ledger.drop("reward_failed", group.size, [group])
+                elif cfg.dynamic_sampling and zero_variance(group):
                     drops["zero_variance"] += group.size
                     self.ledger.drop("zero_variance", group.size, [group])
                 else:
@@ -97,9 +100,11 @@ class EngineRollouts:
     def scored(self, groups: list[PromptGroup]) -> list[PromptGroup]:
         """`groups`, scored by the reward function under the stall watchdog, as fully_async's rollouter is
         watched: a reward that hangs fails the run after `train.stall_timeout_s`, naming the reward."""
-        return self.watchdog.call(lambda: [self.factory.score(group) for group in groups],
-                                  f"the reward function ({self.factory.reward_name}) scoring {len(groups)} "
-                                  "prompt groups")
+        rewards = self.factory.rewards
+        self.watchdog.call(lambda: self.factory.score_all(groups),
+                           f"the reward {'function' if rewards.key == 'reward.function' else 'server'} "
+                           f"({rewards.name}) scoring {len(groups)} prompt groups")
+        return groups
 
     def sleep(self) -> None:
         """Colocated sync runs: the engines release their GPU memory (weights and KV cache) for training."""

@@ -58,7 +58,7 @@ class DriverLoop:
             from fasync.drivers.generation import generate
             from fasync.eval.evaluation import Evaluation, Evaluator
 
-            evaluator = Evaluator(run.cfg, run.factory.tokenizer, run.factory.reward_fn, run.eval_prompts,
+            evaluator = Evaluator(run.cfg, run.factory.tokenizer, run.factory.rewards, run.eval_prompts,
                                   lambda groups, params: generate(run.engines, groups, params, run.watchdog))
             self.evaluation = Evaluation(evaluator, run.cfg.eval.every, self.mode != "sync", run.watchdog)
             self.evaluation.start(run.step, run.cfg.eval.before_train)

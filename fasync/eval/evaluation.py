@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from fasync.config.schema import FasyncConfig
 from fasync.data.held_out import EvalPrompts
+from fasync.data.scoring import RewardRunner
 from fasync.eval.scores import PromptResult, eval_metrics
 from fasync.launch.faults import Watchdog
 from fasync.rollout.groups import GroupFactory, PromptGroup
@@ -39,8 +40,8 @@ class _InOrder:
         self.problems = prompts.dataset.problems
         self.location = prompts.dataset.location
 
-    def sample_indices(self, count: int, rng) -> list[int]:
-        return list(range(count))
+    def draw(self, cursor: int, count: int, rng) -> list[int]:
+        return list(range(cursor, cursor + count))
 
 
 def eval_config(cfg: FasyncConfig) -> FasyncConfig:
@@ -53,19 +54,20 @@ def eval_config(cfg: FasyncConfig) -> FasyncConfig:
 
 
 class Evaluator:
-    """Generates the eval set with `generate` and scores it with the run's `reward_fn`; `evaluate` returns the
+    """Generates the eval set with `generate` and scores it with the run's `rewards`; `evaluate` returns the
     `eval/` metrics of one evaluation."""
 
-    def __init__(self, cfg: FasyncConfig, tokenizer, reward_fn, prompts: EvalPrompts, generate: Generate):
+    def __init__(self, cfg: FasyncConfig, tokenizer, rewards: RewardRunner, prompts: EvalPrompts,
+                 generate: Generate):
         self.cfg = eval_config(cfg)
-        self.tokenizer, self.reward_fn = tokenizer, reward_fn
+        self.tokenizer, self.rewards = tokenizer, rewards
         self.prompts = prompts
         self.generate = generate
         self.last_groups: list[PromptGroup] = []
         """The groups of the last evaluation, scored (`fasync eval` shows some)."""
 
     def _groups(self) -> tuple[GroupFactory, list[PromptGroup]]:
-        factory = GroupFactory(self.cfg, self.tokenizer, _InOrder(self.prompts), self.reward_fn)
+        factory = GroupFactory(self.cfg, self.tokenizer, _InOrder(self.prompts), self.rewards)
         factory.load_state_dict({**factory.state_dict(), "request_ids": EVAL_REQUEST_IDS})
         return factory, factory.new_groups(len(self.prompts))
 
@@ -76,9 +78,9 @@ class Evaluator:
         while todo:  # requests a weight sync aborted go on from their prefix, under the new weights
             self.generate(todo, factory.params)
             todo = [group for group in groups if not group.finished]
+        factory.score_all(groups)  # a completion the reward could not score (`reward.on_error: drop`) counts 0
         results = []
         for group in groups:
-            factory.score(group)
             results.append(PromptResult([s.reward for s in group.samples],
                                         self.prompts.data_sources[group.prompt_index],
                                         [len(s.output_ids) for s in group.samples]))

@@ -114,6 +114,9 @@ def import_into(source: Source, out: Imported) -> set[str]:
     if source.get("stats_logger.tensorboard.path"):
         trackers["tensorboard"] = source.cite("stats_logger.tensorboard.path")
     out.set_trackers(trackers)
+    out.need("reward.function", "AReaL's reward is the reward_fn its Python entry point gives the workflow, which the "
+             "YAML does not name (examples/math's gsm8k_reward_fn grades with math_verify: fasync's math_verify); a "
+             "custom workflow's arun_episode is a rollout.function, async def f(task, engine) (docs/agentic.md)")
     return {"actor.use_decoupled_loss", "actor.recompute_logprob", "rollout.max_concurrent_rollouts",
             "allocation_mode", "cluster.n_nodes", "cluster.n_gpus_per_node", "actor.reward_norm.std_level",
             *(("rollout.max_head_offpolicyness",) if colocated else ()),
@@ -163,6 +166,10 @@ def express(cfg, derived) -> Expressed:
 
 FRAMEWORK = Framework("areal", "AReaL", ROWS, import_into, express, rollout_checkpoint_keys=("saver.freq_steps",),
                       data_keys=("train_dataset.path",), reward_keys=("the reward function of its Python entry point",),
+                      rewards=("The reward is the `reward_fn` the Python entry point gives its workflow, which the "
+                               "YAML does not name: the import asks for a `reward.function` (`math_verify` for "
+                               "examples/math's gsm8k_reward_fn, which grades with math-verify). A custom workflow's "
+                               "`arun_episode(engine, data)` is a `rollout.function`, `async def f(task, engine)`."),
                       modes=("AReaL streams: `fully_async` with `rollout.max_head_offpolicyness` as the bound, except "
                              "a colocated allocation (`|` in `allocation_mode`, or `actor.colocated`), where "
                              "generation and training take turns: `sync`."),

@@ -12,8 +12,10 @@ from typing import Any
 
 from fasync.diagnostics import show_value
 
-SAME, CONVERTED, NONE = "same", "converted", "none"
-"""The value carries over as it is; it is converted (arithmetic, units, other keys); fasync has no equivalent."""
+SAME, CONVERTED, NONE, ADAPT = "same", "converted", "none", "adapt"
+"""The value carries over as it is; it is converted (arithmetic, units, other keys); fasync has no equivalent; it
+names the framework's own function or class, whose signature differs from what fasync calls: the note says how to
+adapt it, and `fasync import` asks for the fasync key (`rollout.env`, `rollout.function`, `reward.function`)."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Framework:
     """As `fasync import` and `config show --as` name it."""
     display: str
     rows: Sequence[tuple]
-    """(key, fasync key(s), SAME/CONVERTED/NONE[, note]) for each key: see `keys`."""
+    """(key, fasync key(s), SAME/CONVERTED/NONE/ADAPT[, note]) for each key: see `keys`."""
     import_into: Callable[[Source, Imported], set[str]]
     """Sets what the table's SAME rows cannot (the mode, converted values, trackers); returns the source keys it
     converted."""
@@ -70,8 +72,9 @@ class Framework:
     defaults: str = ""
     """The framework's defaults that differ from fasync's, which `fasync import` writes explicitly (docs/migrate.md)."""
     reward_keys: tuple[str, ...] = ()
-    """Where its settings name the reward; fasync has no equivalent of these yet, so an import always asks for
-    `reward.function`."""
+    """Where its settings name the reward (what `fasync import` looks for, and says it looked for)."""
+    rewards: str = ""
+    """How `fasync import` carries its rewards and rollout functions (docs/migrate.md)."""
     keys: tuple[KeyMapping, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -99,8 +102,8 @@ class Source:
     """Table key → the key as written (`--rollout-batch-size`, `actor_rollout_ref.rollout.n`)."""
     script: str = ""
     """The Python entry point a launch script runs (slime's train_async.py, verl.trainer.main_ppo), if any."""
-    unresolved: dict[str, list[str]] = field(default_factory=dict)
-    """Key as written → the unknown variables or command outputs its value depends on."""
+    unresolved: dict[str, Any] = field(default_factory=dict)
+    """Key as written → its value, which depends on unknown variables or command outputs (`shell.unknown_in`)."""
     notes: list[str] = field(default_factory=list)
     """What reading the source decided (the branch of an if), for the reader."""
     orchestrator_file: bool = False
@@ -125,15 +128,35 @@ class Imported:
     """fasync key → (value, where it came from: the source key and value, with any arithmetic)."""
     unmapped: list[tuple[str, Any, str]] = field(default_factory=list)
     """(key as written, value, why) for what has no fasync equivalent."""
+    needs: dict[str, str] = field(default_factory=dict)
+    """fasync key → what the source names there that the import could not write (a function of another
+    signature), and how to adapt it; `fasync import` exits 1 asking for each."""
 
     def set(self, key: str, value: Any, why: str) -> None:
         self.values[key] = (value, why)
+
+    def need(self, key: str, why: str) -> None:
+        """Ask for `key` (a reward or rollout function the import cannot write), saying why and how."""
+        self.needs[key] = f"{self.needs[key]}; {why}" if key in self.needs else why
 
     def set_trackers(self, found: dict[str, str]) -> None:
         """`logging.backends` from the experiment trackers the source logs to (tracker → where the source says
         so); jsonl is always on."""
         if found:
             self.set("logging.backends", ["jsonl", *found], "; ".join(dict.fromkeys(found.values())))
+
+
+def module_function(reference: str, function: str | None = None) -> str | None:
+    """fasync's `module:function` for a framework's reference to a Python function: a file (`/x/my_reward.py`,
+    with `function` its name) or a dotted path (`pkg.module.function`); None when it names no importable module
+    (a file whose name is no Python identifier)."""
+    if reference.endswith(".py"):
+        module = reference.rsplit("/", 1)[-1].removesuffix(".py")
+        return f"{module}:{function}" if module.isidentifier() and function else None
+    module, _, name = reference.rpartition(".")
+    if not module or not all(part.isidentifier() for part in [*module.split("."), name]):
+        return None
+    return f"{module}:{name}"
 
 
 # --- expressing ------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def express(cfg, derived) -> Expressed:
 
 FRAMEWORK = Framework("miles", "miles", ROWS, slime.import_into, express, rollout_checkpoint_keys=("save_interval",),
                       data_keys=slime.FRAMEWORK.data_keys, reward_keys=slime.FRAMEWORK.reward_keys,
-                      modes=slime.MODES, defaults=slime.DEFAULTS + (
+                      rewards=slime.REWARDS, modes=slime.MODES, defaults=slime.DEFAULTS + (
                           " miles: `--pause-generation-mode` retract (the default) and in_place both continue "
                           "requests in flight across a weight update, so a fully-async miles run has "
                           "`async.partial_rollout: true`; without `--max-weight-staleness` its staleness is "

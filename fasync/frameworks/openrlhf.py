@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fasync.frameworks.common import (
+    ADAPT,
     CONVERTED,
     NO_CRITIC,
     NONE,
@@ -17,6 +18,7 @@ from fasync.frameworks.common import (
     geometry,
     import_choices,
     import_lora,
+    module_function,
 )
 
 ESTIMATORS = ("group_norm is grpo, dr_grpo grpo without the std (train.normalize_advantage_std: false), rloo is rloo, "
@@ -32,6 +34,11 @@ ADVANTAGE_ESTIMATOR = {
 """OpenRLHF's estimators as fasync settings, under either spelling of the key."""
 LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules")
 CHOICES = [Choice("algo.advantage.estimator", ADVANTAGE_ESTIMATOR), Choice("advantage_estimator", ADVANTAGE_ESTIMATOR)]
+
+REMOTE_REWARD = ("an http(s) URL is reward.url (OpenRLHF posts {query, prompts, labels} lists, fasync {\"items\": "
+                 "[...]}: the server needs fasync's route, docs/training.md#a-remote-reward); a .py file's "
+                 "`reward_func(queries, prompts, labels)` scores prompt+completion texts in a batch: the import asks "
+                 "for a reward.function, batched, of `prompt`, `completion` and `label` lists.")
 
 ROWS = [
     ("rollout.batch_size", "rollout.batch_size", SAME, "prompts per rollout, the same meaning."),
@@ -105,6 +112,14 @@ ROWS = [
     ("lora_alpha", "model.lora", CONVERTED, "model.lora.alpha, with lora_rank."),
     ("target_modules", "model.lora", CONVERTED, "model.lora.target_modules; all-linear is null."),
     ("lora_dropout", (), NONE, "fasync's adapters have no dropout: the trainer runs the policy in eval mode."),
+    ("remote_rm_url", ("reward.url", "reward.function"), CONVERTED,
+     REMOTE_REWARD),
+    ("reward.remote_url", ("reward.url", "reward.function"), CONVERTED,
+     REMOTE_REWARD),
+    ("agent_func_path", "rollout.env", ADAPT,
+     "its AgentInstance is a fasync environment: `reset(states)` → observation becomes `reset(task)` → messages, "
+     "`step(states)` → rewards, environment_feedback, done becomes `step(model_text)` → Step(messages, reward, "
+     "done); the steps' rewards are the trajectory's (docs/agentic.md#environments-and-the-multi-turn-loop)."),
 ]
 
 
@@ -149,13 +164,15 @@ def import_into(source: Source, out: Imported) -> set[str]:
     if source.get("use_tensorboard"):
         trackers["tensorboard"] = source.cite("use_tensorboard")
     out.set_trackers(trackers)
+    _reward(source, out)
     return converted | {
         "train.partial_rollout_enable", "partial_rollout_enable", "train.async_enable", "async_train",
         "train.async_queue_size", "async_queue_size", "use_wandb", "use_tensorboard", "n_samples_per_prompt",
         "eps_clip_low_high", "actor.eps_clip_low_high", "use_kl_loss", "init_kl_coef", "dynamic_filtering",
         "enable_vllm_is_correction", "vllm_enable_is_correction", "vllm_is_truncated_threshold",
         "vllm_is_correction_type", "use_icepop", "actor_num_nodes", "actor_num_gpus_per_node", "vllm_num_engines",
-        "vllm_tensor_parallel_size", "colocate_all_models"}
+        "vllm_tensor_parallel_size", "colocate_all_models", "remote_rm_url", "reward.remote_url", "actor.num_nodes",
+        "actor.num_gpus_per_node", "algo.advantage.is_correction_enable", "algo.advantage.is_correction_threshold"}
 
 
 def _refuse_unsupported(source: Source) -> None:
@@ -172,6 +189,29 @@ def _refuse_unsupported(source: Source) -> None:
         raise ImportFailure("not supported: " + "; ".join(reasons))
 
 
+def _reward(source: Source, out: Imported) -> None:
+    """--remote_rm_url: a reward server (reward.url) or a Python file of `reward_func(queries, prompts, labels)`,
+    a batch function of other fields than fasync's: the import asks for its adaptation."""
+    key = next((k for k in ("remote_rm_url", "reward.remote_url") if k in source.values), None)
+    if key is None:
+        return
+    value = source.get(key)
+    references = [str(v) for v in value] if isinstance(value, list) else str(value).split(",")
+    reference = references[0]
+    if len(references) > 1:
+        out.need("reward.url", f"{source.cite(key)}: OpenRLHF spreads requests over {len(references)} servers; "
+                 "fasync posts to one reward.url (a load balancer in front of them)")
+        return
+    if reference.startswith(("http://", "https://")):
+        out.set("reward.url", reference, f"{source.cite(key)}: the server must answer fasync's batches "
+                "({\"items\": [...]} → {\"rewards\": [...]}), not OpenRLHF's {query, prompts, labels}")
+        return
+    spec = module_function(reference, "reward_func") or "module:function"
+    out.need("reward.function", f"{source.cite(key)}: OpenRLHF calls reward_func(queries, prompts, labels) on a batch of "
+             f"prompt+completion texts; fasync: {spec} taking lists of `prompt`, `completion` and `label` (the "
+             "fields it names) with reward.batched: true, returning a list of floats")
+
+
 def _clip(source: Source, out: Imported) -> None:
     pair_key = next((k for k in ("eps_clip_low_high", "actor.eps_clip_low_high") if k in source.values), None)
     pair = source.get(pair_key) if pair_key else None
@@ -184,14 +224,16 @@ def _correction(source: Source, out: Imported, asynchronous: bool) -> None:
     """vLLM importance-sampling correction: `--enable_vllm_is_correction` with the truncation interval
     `--vllm_is_truncated_threshold` (default 0.5 5.0), and ICEPOP (`--use_icepop`, `--vllm_is_correction_type
     icepop`), which zeroes the weights outside it; the older `--vllm_enable_is_correction` had one cap, 2."""
-    newer = source.get("enable_vllm_is_correction")
+    nested = source.get("algo.advantage.is_correction_enable")  # the nested layout's spelling of the newer flag
+    newer = source.get("enable_vllm_is_correction") or nested
     if newer or source.get("vllm_enable_is_correction") or source.get("use_icepop"):
-        key = "enable_vllm_is_correction" if newer else "vllm_enable_is_correction"
+        key = "algo.advantage.is_correction_enable" if nested else \
+            "enable_vllm_is_correction" if newer else "vllm_enable_is_correction"
         out.set("correction.level", "token", source.cite(key if key in source.values else "use_icepop"))
-        threshold = source.get("vllm_is_truncated_threshold", [0.5, 5.0] if newer or source.get("use_icepop") else 2.0)
+        threshold_key = "algo.advantage.is_correction_threshold" if nested else "vllm_is_truncated_threshold"
+        threshold = source.get(threshold_key, [0.5, 5.0] if newer or source.get("use_icepop") else 2.0)
         bounds = [float(v) for v in threshold] if isinstance(threshold, list) else [0.0, float(threshold)]
-        out.set("correction.weight_upper", bounds[-1],
-                source.cite("vllm_is_truncated_threshold", threshold))
+        out.set("correction.weight_upper", bounds[-1], source.cite(threshold_key, threshold))
         if source.get("use_icepop") or source.get("vllm_is_correction_type") == "icepop":
             out.set("correction.reject_token_ratio", bounds if len(bounds) == 2 else [0.0, bounds[-1]],
                     "ICEPOP: tokens whose weight leaves the interval are dropped")
@@ -254,6 +296,13 @@ FRAMEWORK = Framework("openrlhf", "OpenRLHF", ROWS, import_into, express,
                       rollout_checkpoint_keys=("ckpt.save_steps", "save_steps"),
                       data_keys=("prompt_data", "data.prompt_data"),
                       reward_keys=("remote_rm_url", "agent_func_path", "reward.remote_url"),
+                      rewards=("`--remote_rm_url` (or `reward.remote_url`) naming a server is `reward.url` (fasync "
+                               "posts batches of its own shape: the server needs that route); naming a Python file, "
+                               "its `reward_func(queries, prompts, labels)` asks for a batched `reward.function` of "
+                               "`prompt`, `completion` and `label` lists. `--agent_func_path` asks for a "
+                               "`rollout.env`: its AgentInstance's `reset`/`step` map onto an environment's, whose "
+                               "steps give the reward. A learned reward model (`--reward_pretrain`) is refused as "
+                               "not supported."),
                       modes=("`--async_train` (`train.async_enable`) is `async`, its bound `--async_queue_size` (or "
                              "the script's `OPENRLHF_ASYNC_QUEUE_SIZE`, default 1); partial rollout is `fully_async` "
                              "with `async.partial_rollout`; otherwise `sync`."),

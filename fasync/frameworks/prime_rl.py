@@ -81,10 +81,29 @@ def import_into(source: Source, out: Imported) -> set[str]:
         out.unmapped.append(("seq_len", source.get("orchestrator.seq_len", source.get("seq_len")),
                              "no completion cap: prime-rl bounds a completion by seq_len minus its prompt, which has "
                              "no fixed fasync value; set rollout.max_new_tokens"))
-    if any("max_turns" in str(value) for value in source.values.values()):
-        out.unmapped.append(("orchestrator env", "max_turns", "a multi-turn environment: not supported yet"))
+    environments = _environments(source)
+    multi_turn = any("max_turns" in str(value) for value in source.values.values())
+    if environments:
+        out.need("rollout.env" if multi_turn else "reward.function", f"prime-rl's environment "
+                 f"{', '.join(environments)} is a verifiers environment (its dataset, prompts and rubric): its dataset "
+                 "is data.path and " + ("its turns a rollout.env class, reset(task) and step(model_text) giving the "
+                                        "rubric's reward (docs/agentic.md)" if multi_turn else
+                                        "its rubric a reward.function of (completion, label)"))
     return {"orchestrator.batch_size", group_key, "ckpt", "deployment.num_train_gpus", "deployment.num_infer_gpus",
             "deployment.num_train_nodes", "deployment.num_infer_nodes", "inference.vllm.tensor_parallel_size"}
+
+
+def _environments(source: Source) -> list[str]:
+    """The environments' ids: `[[orchestrator.train.env]]` (a taskset's id, or its name), the older
+    `[[orchestrator.env]]` and an orchestrator file's `[environment]`."""
+    names = []
+    for env in [*(source.get("orchestrator.train.env") or []), *(source.get("orchestrator.env") or [])]:
+        if isinstance(env, dict):
+            taskset = env.get("taskset") if isinstance(env.get("taskset"), dict) else {}
+            names.append(str(taskset.get("id") or env.get("id") or env.get("name")))
+    if "orchestrator.environment.id" in source.values:
+        names.append(str(source.get("orchestrator.environment.id")))
+    return names
 
 
 def _resources(source: Source, out: Imported) -> None:
@@ -127,6 +146,11 @@ def express(cfg, derived) -> Expressed:
 
 FRAMEWORK = Framework("prime-rl", "prime-rl", ROWS, import_into, express,
                       reward_keys=("orchestrator.train.env", "orchestrator.env", "environment.id"),
+                      rewards=("An environment (`[[orchestrator.train.env]]`, the older `[[orchestrator.env]]` or "
+                               "`[environment]`) is a verifiers environment, its dataset, prompts and rubric in "
+                               "Python: the import asks for its dataset as `data.path` and its rubric as a "
+                               "`reward.function`, or, for a multi-turn one (`max_turns`), a `rollout.env` whose "
+                               "steps give the reward."),
                       modes="prime-rl always streams: `fully_async`, one optimizer step per batch.",
                       defaults=("`group_size` (older: `rollouts_per_example`) defaults to 1 where fasync's is 8, so "
                                 "`rollout.n_samples_per_prompt` is always written; `max_off_policy_steps` 8 (an "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fasync.frameworks.common import (
+    ADAPT,
     CONVERTED,
     NONE,
     SAME,
@@ -70,8 +71,31 @@ ROWS = [
     ("label_key", "data.label_key", SAME),
     ("hf_checkpoint", "model.path", SAME, "the Hugging Face checkpoint the engines load; fasync loads local "
      "directories only."),
-    ("custom_generate_function_path", (), NONE,
-     "a custom generation function (multi-turn tool calling): not supported yet (issue \"Agentic rollouts\")."),
+    ("custom_generate_function_path", "rollout.function", ADAPT,
+     "slime's `async def generate(args, sample, sampling_params)` posts to SGLang and returns the Sample; fasync's "
+     "`rollout.function` is `async def f(task, engine)`: the same loop with `engine.generate(token_ids)` (tokens, "
+     "logprobs, versions) building a Trajectory, tool results added as observations "
+     "(docs/agentic.md#custom-rollout-functions)."),
+    ("custom_rm_path", "reward.function", ADAPT,
+     "slime calls `reward_func(args, sample, **kwargs)` (sample.response, sample.label); fasync passes a reward "
+     "the fields its parameters name: take `(completion, label)` (or `prompt`, `record`, verl's names) and return "
+     "a float (docs/training.md#rewards)."),
+    ("rm_type", ("reward.function", "reward.url"), CONVERTED,
+     "math is boxed_math (the last \\boxed{} against the label); deepscaler and dapo are math_verify (the final "
+     "answer compared as mathematics; dapo's -1 for a wrong answer is 0, the same advantages once each group is "
+     "normalised by its std); boxed_TYPE is TYPE; remote_rm is reward.url; f1, gpqa, ifbench and random have no "
+     "built-in: the import asks for reward.function."),
+    ("rm_url", "reward.url", CONVERTED,
+     "slime posts one {prompt, response, label} per request and reads the reward back; fasync posts "
+     "{\"items\": [...]} batches and reads {\"rewards\": [...]}: the server needs that route "
+     "(docs/training.md#a-remote-reward)."),
+    ("reward_key", (), NONE, "the key slime reads from a reward that returns a dict (dapo's score); a fasync reward "
+     "returns the number."),
+    ("rollout_function_path", "mode", CONVERTED,
+     "a fully-async rollout function (slime's examples/fully_async, miles' FullyAsyncRolloutFn) is `mode: "
+     "fully_async`, which fasync's drivers do themselves; another custom one builds a whole rollout from the data "
+     "buffer (`generate_rollout(args, rollout_id, data_buffer, evaluation)`): its per-sample generation is a "
+     "`rollout.function`, `async def f(task, engine)` (docs/agentic.md#custom-rollout-functions)."),
 ]
 
 
@@ -104,12 +128,17 @@ def import_into(source: Source, out: Imported) -> set[str]:
     converted = import_choices(CHOICES, source, out)
     rollout_function = str(source.get("rollout_function_path", ""))
     miles = source.framework.id == "miles"
-    if source.get("fully_async") or "fully_async" in rollout_function:
+    if source.get("fully_async") or "fully_async" in rollout_function or "FullyAsync" in rollout_function:
         why = source.cite("fully_async") if source.get("fully_async") else source.cite("rollout_function_path")
         out.set("mode", "fully_async", f"{why}: generation streams into a queue the trainer drains")
         if "max_weight_staleness" not in source.values:
             out.set("async.max_weight_staleness", None, "no --max-weight-staleness: no staleness filter"
                     if miles else "the fully-async rollout function has an unbounded queue and no version check")
+        factor = source.get("async_data_buffer_capacity_factor")
+        if isinstance(factor, (int, float)) and "rollout_batch_size" in source.values:
+            groups = max(int(factor * source.get("rollout_batch_size")), 1)
+            out.set("async.max_queue_size", groups, f"floor({source.cite('async_data_buffer_capacity_factor')} × "
+                    f"{source.cite('rollout_batch_size')}) = {groups} groups")
         handler = source.get("async_unused_samples_handler")
         if handler in ("retry", "drop"):
             out.set("async.stale_policy", "regenerate" if handler == "retry" else "drop",
@@ -140,12 +169,53 @@ def import_into(source: Source, out: Imported) -> set[str]:
     if source.get("use_wandb"):
         out.set_trackers({"wandb": source.cite("use_wandb")})
     _resources(source, out)
+    _reward(source, out)
+    if rollout_function and "fully_async" not in rollout_function and "FullyAsync" not in rollout_function and \
+            not rollout_function.endswith(DEFAULT_ROLLOUT):
+        out.need("rollout.function", f"{source.cite('rollout_function_path')} builds a whole rollout from the data "
+                 "buffer; its per-sample generation is a rollout.function, async def f(task, engine) "
+                 "(docs/agentic.md#custom-rollout-functions)")
     return converted | {
         "fully_async", "use_kl_loss", "kl_loss_coef", "use_tis", "use_wandb", "rollout_function_path",
         "pause_generation_mode", "dynamic_sampling_filter_path", "calculate_per_token_loss", "tis_level",
         "tis_upper_bound", "tis_lower_bound", "use_rs", "rs_level", "tis_batch_normalize", "use_rollout_logprobs",
         "actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus", "rollout_num_gpus_per_engine", "colocate",
-        "async_unused_samples_handler"}
+        "async_unused_samples_handler", "rm_type", "rm_url", "async_data_buffer_capacity_factor"}
+
+
+DEFAULT_ROLLOUT = "sglang_rollout.generate_rollout"
+"""slime's (and miles') own rollout function, `--rollout-function-path`'s default."""
+RM_TYPES = {"math": ("boxed_math", "the last \\boxed{} graded against the label"),
+            "deepscaler": ("math_verify", "the final \\boxed{} answer graded as mathematics"),
+            "dapo": ("math_verify", "the `Answer:` line graded as mathematics, 1 or -1: fasync scores 1 or 0, the "
+                     "same advantages once each group is normalised by its std")}
+"""slime's rule-based rewards (slime/rollout/rm_hub) → fasync's built-in nearest to each, and what it does."""
+
+
+def _reward(source: Source, out: Imported) -> None:
+    """--rm-type's rule-based rewards as fasync's built-ins, remote_rm (or --rm-url) as reward.url; a
+    --custom-rm-path takes priority, as in slime (its signature differs: the table's row says how to adapt it)."""
+    rm_type = str(source.get("rm_type", "")).strip()
+    if source.get("custom_rm_path"):
+        if rm_type:
+            out.unmapped.append((source.written.get("rm_type", "rm_type"), rm_type,
+                                 "unused: slime scores with --custom-rm-path instead"))
+        return
+    if rm_type == "remote_rm" or (not rm_type and source.get("rm_url")):
+        if source.get("rm_url"):
+            out.set("reward.url", str(source.get("rm_url")), f"{source.cite('rm_url')}: the server must answer "
+                    "fasync's batches ({\"items\": [...]} → {\"rewards\": [...]}), not slime's one sample a request")
+        else:
+            out.need("reward.url", f"{source.cite('rm_type')} without --rm-url: set the reward server's URL")
+        return
+    builtin = RM_TYPES.get(rm_type.removeprefix("boxed_"))
+    if not rm_type:
+        return
+    if builtin is None:
+        out.need("reward.function", f"{source.cite('rm_type')}: no fasync built-in scores like it; a "
+                 "module:function taking (completion, label) and returning a float does")
+        return
+    out.set("reward.function", builtin[0], f"{source.cite('rm_type')}: {builtin[1]}")
 
 
 def _correction(source: Source, out: Imported) -> None:
@@ -229,6 +299,16 @@ def express_flags(framework: Framework, cfg, derived) -> Expressed:
     return out
 
 
+REWARDS = ("`--rm-type` math is `reward.function: boxed_math`, deepscaler and dapo `math_verify` (dapo's -1 for a "
+           "wrong answer is 0, the same advantages once each group is normalised by its std), `boxed_TYPE` as TYPE; "
+           "`remote_rm` with `--rm-url` is `reward.url` (fasync posts batches: the server needs that route); f1, "
+           "gpqa, ifbench and random ask for a `reward.function`. `--custom-rm-path` (`reward_func(args, sample)`) "
+           "takes priority, as in slime, and asks for a `reward.function` of the fields it names; "
+           "`--custom-generate-function-path` (`generate(args, sample, sampling_params)`) and a "
+           "`--rollout-function-path` other than slime's own or a fully-async one ask for a `rollout.function`, "
+           "`async def f(task, engine)`, each note saying how to port it.")
+
+
 FRAMEWORK = Framework("slime", "slime", ROWS, import_into, express, rollout_checkpoint_keys=("save_interval",),
-                      data_keys=("prompt_data",), reward_keys=("rm_type", "custom_rm_path"),
-                      modes=MODES, defaults=DEFAULTS)
+                      data_keys=("prompt_data",), reward_keys=("rm_type", "custom_rm_path", "rm_url"),
+                      modes=MODES, defaults=DEFAULTS, rewards=REWARDS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fasync.frameworks.common import (
+    ADAPT,
     CONVERTED,
     NONE,
     SAME,
@@ -73,8 +74,17 @@ ROWS = [
     ("model", "model.path", SAME, "the model the trainer loads; fasync loads local directories only."),
     ("model_name_or_path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
     ("use_peft", (), NONE, "LoRA: not supported yet."),
-    ("max_tool_calling_iterations", (), NONE, "multi-turn tool calling: not supported yet."),
-    ("environment_factory", (), NONE, "multi-turn tool calling: not supported yet."),
+    ("max_tool_calling_iterations", "rollout.max_turns", CONVERTED,
+     "tool-calling turns; fasync counts model turns, the one after the last tool call too: this + 1."),
+    ("environment_factory", "rollout.env", ADAPT,
+     "TRL's environment (`reset(**kwargs)` gives the first text, its public methods are the tools, the reward "
+     "function reads its state) is a `rollout.env`: `reset(task)` → messages, `tools` name → function, "
+     "`step(model_text)` → Step(messages, reward, done) (docs/agentic.md#environments-and-the-multi-turn-loop)."),
+    ("reward_funcs", "reward.function", CONVERTED,
+     "trl.rewards' accuracy_reward (math-verify against the solution column) is math_verify; TRL calls its own "
+     "functions as f(completions, **columns) on a batch and sums several: the import asks for one "
+     "reward.function, batched, naming `completion` and `label` (or `record` for other columns); a reward model's "
+     "id is refused as not supported."),
 ]
 
 
@@ -152,6 +162,10 @@ def import_into(source: Source, out: Imported) -> set[str]:
         if source.get("use_vllm"):
             out.set("rollout.engine", "vllm", source.cite("use_vllm"))
     _correction(source, out)
+    _reward(source, out)
+    if isinstance(source.get("max_tool_calling_iterations"), int):
+        turns = source.get("max_tool_calling_iterations") + 1
+        out.set("rollout.max_turns", turns, f"{source.cite('max_tool_calling_iterations')} tool calls + the last turn")
     if "report_to" in source.values:
         wanted = source.get("report_to")
         wanted = TRACKERS if wanted == "all" else [wanted] if isinstance(wanted, str) else wanted or []
@@ -160,7 +174,34 @@ def import_into(source: Source, out: Imported) -> set[str]:
         "top_k", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "num_processes",
         "weight_sync_steps", "report_to", "max_steps", "learning_rate", "max_completion_length", "num_generations",
         "per_device_train_batch_size", "max_staleness", "queue_maxsize", "max_inflight_tasks", "use_vllm",
-        "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_cap"}
+        "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_cap",
+        "reward_funcs", "max_tool_calling_iterations"}
+
+
+TRL_REWARDS = {"accuracy_reward": ("math_verify", "trl.rewards' accuracy_reward verifies the completion against "
+                                   "the solution with math-verify (data.label_key: the solution column)")}
+"""TRL's own reward functions → the fasync built-in that scores alike."""
+
+
+def _reward(source: Source, out: Imported) -> None:
+    """The trainer's reward_funcs: TRL's accuracy_reward is math_verify; a model id is a learned reward model;
+    the script's own functions take TRL's batch of completions and dataset columns, which the import asks to
+    adapt."""
+    functions = source.get("reward_funcs") or []
+    models = [f for f in functions if "/" in f]
+    if models:
+        raise ImportFailure(f"not supported: a learned reward model (reward_funcs {', '.join(models)}); fasync "
+                            "rewards are functions of the completion and the label")
+    if len(functions) == 1 and functions[0] in TRL_REWARDS:
+        builtin, why = TRL_REWARDS[functions[0]]
+        out.set("reward.function", builtin, f"{source.cite('reward_funcs')}: {why}")
+    elif functions and "environment_factory" in source.values:
+        out.unmapped.append(("reward_funcs", functions, "with an environment_factory, TRL's reward functions read "
+                             "the environments' state: the rollout.env's steps give the reward"))
+    elif functions:
+        out.need("reward.function", f"TRL's {source.cite('reward_funcs')}: TRL calls each as f(completions, "
+                 "**columns) on a batch and sums them; fasync: one reward.function with reward.batched: true "
+                 "naming `completion` and `label` (or `record`) lists, returning a list of floats")
 
 
 def _asynchronous(source: Source, out: Imported, value, cite, per_step: int, generations: int, steps_per_drain: int,
@@ -241,6 +282,12 @@ def express(cfg, derived) -> Expressed:
 
 FRAMEWORK = Framework("trl", "TRL", ROWS, import_into, express,
                       reward_keys=("the trainer's reward_funcs",),
+                      rewards=("The trainer's `reward_funcs`: trl.rewards' `accuracy_reward` is `reward.function: "
+                               "math_verify` (both verify with math-verify); the script's own functions, called as "
+                               "`f(completions, **columns)` on a batch and summed, ask for one batched "
+                               "`reward.function` of the fields it names; a reward model's id is refused as not "
+                               "supported. `environment_factory` (multi-turn tool calling) asks for a `rollout.env`, and "
+                               "`max_tool_calling_iterations` + 1 is `rollout.max_turns`."),
                       modes=("`GRPOConfig(...)` is `sync`; `AsyncGRPOConfig(...)` (or `max_staleness`) is "
                              "`fully_async`, one drain per optimizer step, generated by a vLLM server with the PPO "
                              "ratio against its logprobs. A script driven by TrlParser that sets no config keyword "

@@ -7,6 +7,7 @@ import math
 import yaml
 
 from fasync.frameworks.common import (
+    ADAPT,
     ALGORITHM_SETTINGS,
     CONVERTED,
     NESTED,
@@ -24,6 +25,7 @@ from fasync.frameworks.common import (
     geometry,
     import_choices,
     import_lora,
+    module_function,
 )
 
 ROWS = [
@@ -31,10 +33,17 @@ ROWS = [
      "prompts per rollout, as in fasync; the fully-async recipe ignores it (0): a drain is "
      "require_batches × ppo_mini_batch_size prompts."),
     ("data.max_response_length", "rollout.max_new_tokens", SAME),
-    ("data.train_files", "data.path", SAME, "verl reads parquet; fasync reads a JSONL file of prompt/label objects "
-     "(parquet is not read yet)."),
+    ("data.train_files", "data.path", CONVERTED, "fasync reads verl's parquet as it is (chat-message `prompt`, "
+     "`reward_model.ground_truth`, `data_source`, `extra_info`); set data.path to one file, as a list is not read."),
     ("data.prompt_key", "data.prompt_key", SAME),
-    ("data.max_prompt_length", (), NONE, "fasync does not truncate prompts."),
+    ("data.max_prompt_length", (), NONE, "fasync does not truncate prompts; data.max_prompt_tokens with "
+     "data.overlong_prompts: filter drops longer ones, as data.filter_overlong_prompts does."),
+    ("data.filter_overlong_prompts", "data.overlong_prompts", CONVERTED, "true is `filter` (with "
+     "data.max_prompt_tokens as the limit); false is `fail`: fasync never trains on a prompt that does not fit."),
+    ("custom_reward_function.path", "reward.function", CONVERTED, "`module:function`: the file beside the config, "
+     "in the working directory or on PYTHONPATH, named by its module; verl's compute_score signature works as it is."),
+    ("custom_reward_function.name", "reward.function", CONVERTED, "the part after the colon (verl's default: "
+     "compute_score)."),
     ("actor_rollout_ref.rollout.n", "rollout.n_samples_per_prompt", SAME),
     ("actor_rollout_ref.rollout.response_length", "rollout.max_new_tokens", SAME),
     ("actor_rollout_ref.rollout.temperature", "rollout.temperature", SAME),
@@ -113,7 +122,8 @@ ROWS = [
     ("algorithm.rollout_correction.loss_type", (), NONE,
      "ppo_clip in bypass mode is fasync's behaviour anchor; reinforce (no clip) has no equivalent."),
     ("critic.*", (), NONE, NO_CRITIC),
-    ("actor_rollout_ref.rollout.multi_turn.*", (), NONE, "multi-turn rollouts: not supported yet."),
+    ("actor_rollout_ref.rollout.multi_turn.*", (), NONE, "other multi-turn settings of verl's tool loop have no "
+     "fasync equivalent (docs/agentic.md)."),
     ("actor_rollout_ref.*", (), NONE, NESTED.format(source="verl")),
     ("algorithm.*", (), NONE, NESTED.format(source="verl")),
     ("async_training.*", (), NONE, NESTED.format(source="verl's fully-async recipe")),
@@ -154,6 +164,37 @@ ROWS = [
     ("rollout.total_rollout_steps", "train.num_rollouts", CONVERTED,
      "verl counts prompts generated; fasync counts drains: total_rollout_steps / (require_batches × ppo_mini_batch_size)."),
     ("rollout.test_freq", (), NONE, "fasync does not validate during a run."),
+    ("custom_reward_function.reward_kwargs.*", (), NONE, "fasync passes a reward only the fields it names: give "
+     "these parameters defaults in the function."),
+    ("reward_model.reward_manager", (), NONE, "naive and dapo score each completion with compute_score "
+     "(reward.function); dapo's overlong penalty (reward_kwargs.overlong_buffer_cfg) is the function's to add, "
+     "from the completion_tokens it may name."),
+    ("reward_model.reward_kwargs.*", (), NONE, "DAPO's overlong buffer penalty: a reward.function that names "
+     "completion_tokens (docs/training.md#rewards) subtracts it itself."),
+    ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", "rollout.max_turns", SAME),
+    ("actor_rollout_ref.rollout.multi_turn.format", "rollout.tool_parser", CONVERTED,
+     "hermes (`<tool_call>{json}</tool_call>`) is hermes; other formats have no parser in fasync."),
+    ("actor_rollout_ref.rollout.multi_turn.max_tool_response_length", (), NONE,
+     "verl cuts a tool's text at this many characters; fasync cuts an observation at "
+     "rollout.max_observation_tokens tokens."),
+    ("actor_rollout_ref.rollout.multi_turn.enable", "rollout.env", ADAPT,
+     "verl's tool-calling loop is fasync's multi-turn loop: a `rollout.env: module:Class` whose `tools` maps each "
+     "of verl's tools (tool_config_path) to a function of the call's arguments, and whose `step(model_text)` "
+     "gives the reward (docs/agentic.md#environments-and-the-multi-turn-loop)."),
+    ("actor_rollout_ref.rollout.multi_turn.tool_config_path", "rollout.env", ADAPT,
+     "each BaseTool's `execute(instance_id, parameters)` becomes an entry of the environment's `tools`: "
+     "name → function of the call's arguments returning text."),
+    ("actor_rollout_ref.rollout.multi_turn.interaction_config_path", "rollout.env", ADAPT,
+     "an Interaction's `generate_response(instance_id, messages)` → (done, text, reward) is the environment's "
+     "`step(model_text)` → Step(messages, reward, done)."),
+    ("actor_rollout_ref.rollout.agent.agent_loop_config_path", "rollout.function", ADAPT,
+     "an AgentLoopBase's `run(sampling_params, **kwargs)` → AgentLoopOutput (prompt_ids, response_ids, "
+     "response_mask) is a `rollout.function`: `async def f(task, engine)` that builds the Trajectory with "
+     "`engine.generate` (docs/agentic.md#custom-rollout-functions)."),
+    ("actor_rollout_ref.rollout.agent.*", (), NONE, "agent-loop workers: fasync runs every trajectory as an "
+     "asyncio task."),
+    ("actor_rollout_ref.rollout.mode", (), NONE, "verl's async server mode, which its multi-turn loop needs; "
+     "fasync's engines serve both."),
 ]
 
 
@@ -212,10 +253,23 @@ def import_into(source: Source, out: Imported) -> set[str]:
     elif not source.get("actor_rollout_ref.actor.use_rollout_log_probs"):
         out.set("correction.ratio_anchor", "recompute",
                 f"{source.cite('actor_rollout_ref.actor.use_rollout_log_probs', False)}: the old logprobs are recomputed")
+    else:
+        out.set("correction.ratio_anchor", "behaviour",
+                f"{source.cite('actor_rollout_ref.actor.use_rollout_log_probs')}: the rollout's logprobs")
     _ceil_staleness(source, "async_training.staleness_threshold", out)
     if source.get("actor_rollout_ref.actor.use_kl_loss"):
         coef = source.get("actor_rollout_ref.actor.kl_loss_coef", 0.001)
         out.set("train.kl_coef", coef, f"use_kl_loss with {source.cite('actor_rollout_ref.actor.kl_loss_coef', 0.001)}")
+    _reward(source, out)
+    _data(source, out)
+    micro = source.get("actor_rollout_ref.actor.ppo_micro_batch_size")
+    ranks = out.values["resources.trainer_ranks"][0]
+    if isinstance(micro, int) and "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" not in source.values:
+        out.set("train.micro_batch_size", max(micro // ranks, 1),
+                f"{source.cite('actor_rollout_ref.actor.ppo_micro_batch_size')} across {ranks} trainer ranks")
+    if source.get("actor_rollout_ref.rollout.multi_turn.format", "hermes") == "hermes" and any(
+            k.startswith("actor_rollout_ref.rollout.multi_turn.") for k in source.values):
+        out.set("rollout.tool_parser", "hermes", source.cite("actor_rollout_ref.rollout.multi_turn.format", "hermes"))
     if "trainer.logger" in source.values:
         loggers = source.get("trainer.logger")
         loggers = yaml.safe_load(loggers) if isinstance(loggers, str) else loggers
@@ -227,7 +281,59 @@ def import_into(source: Source, out: Imported) -> set[str]:
         "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.actor.use_rollout_log_probs",
         *(k for k in source.values if ".rollout_correction." in k), "async_training.staleness_threshold",
         "rollout.total_rollout_steps", "async_training.use_rollout_log_probs", "async_training.compute_prox_log_prob",
-        "actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef", "trainer.logger"}
+        "actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef", "trainer.logger",
+        "custom_reward_function.path", "custom_reward_function.name", "actor_rollout_ref.rollout.multi_turn.format",
+        "data.train_files", "data.filter_overlong_prompts", "actor_rollout_ref.actor.ppo_micro_batch_size"}
+
+
+def _data(source: Source, out: Imported) -> None:
+    """data.train_files (one parquet file, as fasync reads it; hydra may write it as a one-element list) and
+    filter_overlong_prompts with data.max_prompt_length as its limit."""
+    files = source.get("data.train_files")
+    if isinstance(files, str) and files.startswith("["):
+        files = yaml.safe_load(files)
+    if isinstance(files, list) and len(files) == 1:
+        files = files[0]
+    if isinstance(files, str) and files:
+        out.set("data.path", files, source.cite("data.train_files"))
+    elif files:
+        out.need("data.path", f"{source.cite('data.train_files')}: fasync reads one file; join them into one")
+    if "data.filter_overlong_prompts" in source.values:
+        keep = "filter" if source.get("data.filter_overlong_prompts") else "fail"
+        out.set("data.overlong_prompts", keep, source.cite("data.filter_overlong_prompts"))
+        if keep == "filter" and isinstance(source.get("data.max_prompt_length"), int):
+            out.set("data.max_prompt_tokens", source.get("data.max_prompt_length"), source.cite("data.max_prompt_length"))
+
+
+DEFAULT_SCORE = "verl.utils.reward_score.default_compute_score"
+"""What verl scores with when no custom_reward_function.path is set: a scorer chosen by each record's data_source."""
+
+
+def _reward(source: Source, out: Imported) -> None:
+    """custom_reward_function.path and .name as `module:function`, looked for beside the fasync config; its
+    compute_score(data_source, solution_str, ground_truth, extra_info) signature is one fasync calls as it is.
+    Without one, verl's default scorer is chosen per record, which the config cannot say: the import asks."""
+    path, name = source.get("custom_reward_function.path"), source.get("custom_reward_function.name", "compute_score")
+    if source.get("reward_model.enable"):
+        raise ImportFailure(f"not supported: a learned reward model ({source.cite('reward_model.enable')}); fasync "
+                            "rewards are functions of the completion and the label")
+    if path in (None, "", "null"):
+        out.need("reward.function", f"verl scores with {DEFAULT_SCORE}, a scorer per record's data_source, as no "
+                 "custom_reward_function.path is set: for math data (GSM8K's ####, \\boxed{}, DAPO's Answer:) "
+                 "fasync's math_verify is nearest; or a module whose compute_score(data_source, solution_str, "
+                 "ground_truth, extra_info) scores yours")
+        return
+    spec = module_function(str(path), str(name))
+    file = str(path).rsplit("/", 1)[-1]
+    if spec is None:
+        out.need("reward.function", f"{source.cite('custom_reward_function.path')} is no importable module name: "
+                 f"rename it, then set reward.function: module:{name}")
+        return
+    out.set("reward.function", spec, f"{source.cite('custom_reward_function.path')}, "
+            f"{source.cite('custom_reward_function.name', 'compute_score')}: put {file} beside this config or on "
+            "PYTHONPATH; verl's compute_score signature is called as it is")
+
+
 
 
 def _defaults(source: Source, out: Imported, fully_async: bool) -> None:
@@ -405,4 +511,16 @@ FRAMEWORK = Framework("verl", "verl", ROWS, import_into, express, rollout_checkp
                                 "(`rollout.nnodes` × `rollout.n_gpus_per_node`); `use_rollout_log_probs` false "
                                 "(`correction.ratio_anchor: recompute`) outside the fully-async recipe, whose default "
                                 "is true (`behaviour`); `save_freq` -1 is `checkpoint.every: 0` (never)."),
+                      rewards=("`custom_reward_function.path` (a file) and `.name` (default compute_score) are "
+                               "`reward.function: module:function`, the module looked for beside the fasync config "
+                               "(or on PYTHONPATH): verl's `compute_score(data_source, solution_str, ground_truth, "
+                               "extra_info)` is called as it is. Without one, verl picks a scorer by each record's "
+                               "`data_source`, which a config cannot say: the import exits 1 asking for "
+                               "`reward.function` (`math_verify` for math data). `reward_model.enable` (a learned "
+                               "reward model) is refused as not supported; the DAPO reward manager's overlong penalty "
+                               "is listed for the function to add. Multi-turn tool calling "
+                               "(`multi_turn.enable`, `tool_config_path`, `interaction_config_path`) asks for a "
+                               "`rollout.env` and an agent loop (`agent.agent_loop_config_path`) for a "
+                               "`rollout.function`, each note saying how to port it; `max_assistant_turns` is "
+                               "`rollout.max_turns` and the hermes format `rollout.tool_parser: hermes`."),
                       hydra=True)

@@ -19,12 +19,13 @@ from fasync.config.problems import INTERNAL_ERROR, PROBLEMS, report
 from fasync.config.schema import FasyncConfig
 from fasync.diagnostics import Code, Diagnostic, Severity
 from fasync.exit_codes import ExitCode
-from fasync.lint.environment import missing_trackers
+from fasync.lint.environment import missing_trackers, unresolved_reward
 from fasync.lint.registry import RULES, Finding, Fix
 from fasync.memory import derive_with_model
 
 TRACKERS_MISSING = "E007"
-"""The one environment check every lint runs (fasync/lint/environment.py): it only looks packages up."""
+REWARD_UNRESOLVED = "E010"
+"""The environment checks every lint runs (fasync/lint/environment.py): they only look packages and modules up."""
 
 
 def rules() -> dict[str, Code]:
@@ -44,17 +45,18 @@ def matches(code: str, patterns: Sequence[str]) -> bool:
 
 def lint(result: LoadResult, select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
          derived: Derived | None = None) -> list[Diagnostic]:
-    """The load diagnostics plus those of every selected rule and of E007 (a requested tracker that is not
-    installed), ordered by file and position. A config that did not load as written is linted as far as it did
-    load (`LoadResult.partial`). `derived`: the loaded config's derived quantities where the caller has them
-    (`fasync train` derives once for the lint and the run)."""
+    """The load diagnostics plus those of every selected rule, of E007 (a requested tracker that is not
+    installed) and of E010 (a reward module that is not there), ordered by file and position. A config that did
+    not load as written is linted as far as it did load (`LoadResult.partial`). `derived`: the loaded config's
+    derived quantities where the caller has them (`fasync train` derives once for the lint and the run)."""
     found = list(result.diagnostics)
     config = result.config or result.partial
     if config is not None:
         ignored = list(ignore or ()) + list(config.lint.ignore)
         found += _rule_diagnostics(result, config, select, ignored, derived if result.config is not None else None)
-        if (not select or matches(TRACKERS_MISSING, select)) and not matches(TRACKERS_MISSING, ignored):
-            found += missing_trackers(result)
+        for code, check in ((TRACKERS_MISSING, missing_trackers), (REWARD_UNRESOLVED, unresolved_reward)):
+            if (not select or matches(code, select)) and not matches(code, ignored):
+                found += check(result)
     return sorted(found, key=_position)
 
 

@@ -31,7 +31,8 @@ from typing import Literal
 from fasync.atomic import JsonlAppender
 from fasync.killpoints import kill_point
 
-DropReason = Literal["zero_variance", "surplus", "unfinished_at_stop", "stale", "stale_at_resume", "trimmed"]
+DropReason = Literal["zero_variance", "surplus", "unfinished_at_stop", "stale", "stale_at_resume", "trimmed",
+                     "reward_failed"]
 
 DROPPED_FROM: dict[str, str] = {
     "zero_variance": "in_flight",
@@ -40,9 +41,10 @@ DROPPED_FROM: dict[str, str] = {
     "stale_at_resume": "in_flight",
     "stale": "queued",
     "trimmed": "queued",
+    "reward_failed": "in_flight",
 }
 """The state a sample leaves when it is dropped for each reason: dynamic sampling drops a group as
-soon as it is scored, a run that stops drops what it was generating, a resumed run drops a partial
+soon as it is scored, so does a reward that could not score one of its completions (`reward.on_error: drop`), a run that stops drops what it was generating, a resumed run drops a partial
 generation whose prefix has become too stale, the trainer drops a group too stale to train on and the
 samples that do not fill a global batch."""
 

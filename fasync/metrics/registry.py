@@ -107,6 +107,8 @@ _DROPS = {
     "stale": ("groups beyond `async.max_weight_staleness` at the version their drain trains at", FULLY_ASYNC, None),
     "stale_at_resume": ("groups in flight at a checkpoint whose prefix was already beyond "
                         "`async.max_weight_staleness` when the run resumed", FULLY_ASYNC, "a resume"),
+    "reward_failed": ("groups with a completion the reward could not score (it raised, timed out or returned no "
+                      "finite number)", ALL, "`reward.on_error: drop`"),
 }
 assert set(_DROPS) | {"trimmed"} == set(DROPPED_FROM)  # trimmed samples are counted in the ledger only
 

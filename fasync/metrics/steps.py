@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from fasync.errors import TooManyBadSteps
 from fasync.metrics.agentic import agentic_stats
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
@@ -101,9 +102,9 @@ class StepLog:
         self.bad_steps = BadSteps()
         self._last_write = time.monotonic()
 
-    def write(self, records: list[dict], weight_sync_time_s: float, ledger: Ledger) -> tuple[int, int] | None:
-        """Write the records, each with whether the run's `ledger` balances; returns (steps skipped in a row,
-        the last of them) once that run of bad steps reached `train.max_bad_steps`, else None."""
+    def write(self, records: list[dict], weight_sync_time_s: float, ledger: Ledger) -> None:
+        """Write the records, each with whether the run's `ledger` balances; then raise TooManyBadSteps once a run
+        of skipped steps reached `train.max_bad_steps`."""
         if records:
             records[-1]["weight_sync_time_s"] = weight_sync_time_s
         now = time.monotonic()
@@ -125,4 +126,8 @@ class StepLog:
                 self.progress.message(f"warning: {warning}")
             if record.get("skipped"):
                 self.progress.message(f"warning: step {record['step']} took no optimizer step: {record['skip_reason']}")
-        return too_many
+        if too_many is not None:
+            raise TooManyBadSteps(
+                f"{too_many[0]} optimizer steps in a row had a NaN or inf loss or gradient and were skipped (the "
+                f"last at step {too_many[1]}; train.max_bad_steps: {self.max_bad_steps}): the run stops without "
+                "saving these weights")

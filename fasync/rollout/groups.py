@@ -6,7 +6,8 @@ import random
 from dataclasses import dataclass, field
 
 from fasync.config.schema import FasyncConfig
-from fasync.data.rewards import score
+from fasync.data.rewards import RewardInput
+from fasync.data.scoring import RewardFailed, RewardRunner
 from fasync.rollout.trajectory import Outcome
 from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams, trained_mask, trained_versions
 
@@ -14,7 +15,8 @@ from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams, tr
 @dataclass
 class PromptGroup:
     group_id: GroupId
-    prompt: str
+    prompt: str | list[dict[str, str]]
+    """Text, or chat messages (`fasync.data.tasks.Problem.prompt`)."""
     label: str
     requests: list[Generation]
     """n_samples_per_prompt completions of the same prompt, filled in by the engines."""
@@ -23,6 +25,8 @@ class PromptGroup:
     """The prompt's index in the dataset (`PromptDataset.location` names its file and line)."""
     outcomes: list[Outcome] = field(default_factory=list)
     """Agentic rollouts (`fasync.rollout.agent`): each finished trajectory's reward and stats, as `requests`."""
+    reward_failure: str | None = None
+    """Why the reward could not score one of its completions (`reward.on_error: drop`): the group is dropped."""
 
     @property
     def size(self) -> int:
@@ -62,14 +66,13 @@ def sampling_params(cfg: FasyncConfig, stop_token_ids: tuple[int, ...]) -> Sampl
 class GroupFactory:
     """Draws prompts, turns them into generation requests and scores what comes back."""
 
-    def __init__(self, cfg: FasyncConfig, tokenizer, dataset, reward_fn, agent=None):
+    def __init__(self, cfg: FasyncConfig, tokenizer, dataset, rewards: RewardRunner, agent=None):
         self.agent = agent
         """Agentic rollouts: the `fasync.rollout.agent.AgentRunner` that builds each group's trajectories."""
         self.n = cfg.rollout.n_samples_per_prompt
         self.tokenizer = tokenizer
         self.dataset = dataset
-        self.reward_fn = reward_fn
-        self.reward_name = cfg.reward.function
+        self.rewards = rewards
         self.rng = random.Random(cfg.data.seed)
         self._next_draw = 0
         self._next_request = 0
@@ -91,7 +94,7 @@ class GroupFactory:
     def new_groups(self, count: int) -> list[PromptGroup]:
         """The next `count` prompts drawn, as groups of requests."""
         groups = [self._group(GroupId(self._next_draw + i), index)
-                  for i, index in enumerate(self.dataset.sample_indices(count, self.rng))]
+                  for i, index in enumerate(self.dataset.draw(self._next_draw, count, self.rng))]
         self._next_draw += len(groups)
         return groups
 
@@ -107,34 +110,51 @@ class GroupFactory:
         return PromptGroup(group_id, problem.prompt, problem.label, requests, prompt_index=index)
 
     def score(self, group: PromptGroup) -> PromptGroup:
-        """The group's samples: each trajectory's reward from its rollout function or environment where it gave
-        one, else the reward function's score of the model's text (its trained tokens, stop tokens left out)."""
+        self.score_all([group])
+        return group
+
+    def score_all(self, groups: list[PromptGroup]) -> None:
+        """The groups' samples. A trajectory's reward is its rollout function's or environment's where it gave
+        one, else the reward's score of the model's text (its trained tokens, stop tokens left out); every
+        completion to score is scored together (`reward.concurrency` at a time). A group with a completion the
+        reward could not score gets its `reward_failure` (`reward.on_error: drop`)."""
         stops = set(self.tokenizer.stop_token_ids)
-        group.samples = []
-        given = [outcome.reward for outcome in group.outcomes] or [None] * group.size
-        for gen, reward in zip(group.requests, given):
-            completion_ids = [t for t, trained in zip(gen.output_ids, trained_mask(gen.loss_mask, len(gen.output_ids)))
-                              if trained and t not in stops]
-            completion = self.tokenizer.decode(completion_ids)
-            group.samples.append(
-                Sample(
+        items, wheres, given = [], [], []
+        for group in groups:
+            problem = self.dataset.problems[group.prompt_index]
+            where = f"prompt {group.prompt_index} ({self.dataset.location(group.prompt_index)})"
+            for gen, reward in zip(group.requests, [outcome.reward for outcome in group.outcomes] or
+                                   [None] * group.size):
+                trained = [t for t, kept in zip(gen.output_ids, trained_mask(gen.loss_mask, len(gen.output_ids)))
+                           if kept]
+                completion = self.tokenizer.decode([t for t in trained if t not in stops])
+                given.append((RewardInput(completion, problem, len(trained), gen.finish_reason), reward))
+                if reward is None:
+                    items.append(given[-1][0])
+                    wheres.append(where)
+        scored = iter(self.rewards.score(items, wheres) if items else [])
+        outcomes = iter(given)
+        for group in groups:
+            group.samples, group.reward_failure = [], None
+            for gen in group.requests:
+                item, reward = next(outcomes)
+                if reward is None:
+                    reward = next(scored)
+                if isinstance(reward, RewardFailed):
+                    group.reward_failure = group.reward_failure or str(reward)
+                    reward = 0.0
+                group.samples.append(Sample(
                     group_id=group.group_id,
                     prompt_ids=gen.prompt_ids,
                     output_ids=gen.output_ids,
                     behaviour_logprobs=gen.logprobs,
                     token_versions=gen.token_versions,
-                    reward=self._reward(completion, group) if reward is None else reward,
+                    reward=reward,
                     label=group.label,
-                    completion=completion,
+                    completion=item.completion,
                     finish_reason=gen.finish_reason,
                     loss_mask=gen.loss_mask,
-                )
-            )
-        return group
-
-    def _reward(self, completion: str, group: PromptGroup) -> float:
-        where = f"prompt {group.prompt_index} ({self.dataset.location(group.prompt_index)})"
-        return score(self.reward_fn, self.reward_name, completion, group.label, where)
+                ))
 
 
 def build_factory(resolved, reward_search_path: tuple[str, ...] = ()) -> GroupFactory:
@@ -146,13 +166,12 @@ def build_factory(resolved, reward_search_path: tuple[str, ...] = ()) -> GroupFa
     from fasync.data import build_dataset
     from fasync.data.datasets import check_prompts
     from fasync.data.held_out import training_part
-    from fasync.data.rewards import build_reward
     from fasync.model import build_tokenizer
 
     cfg, dims = resolved.config, resolved.model_dims
     tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
-    dataset = training_part(build_dataset(cfg.data), cfg)
-    check_prompts(dataset, tokenizer, dims.max_context if dims is not None else None)
+    dataset = check_prompts(training_part(build_dataset(cfg.data), cfg), tokenizer,
+                            dims.max_context if dims is not None else None, cfg.data)
     if cfg.model.path is not None:
         from fasync.model.weights import check_weights
 
@@ -167,7 +186,7 @@ def build_factory(resolved, reward_search_path: tuple[str, ...] = ()) -> GroupFa
         function = import_rollout_function(cfg.rollout.function) if cfg.rollout.function is not None else \
             EnvironmentRollout(cfg, dims.max_context if dims is not None else None)
         agent = AgentRunner(cfg, tokenizer, function)
-    return GroupFactory(cfg, tokenizer, dataset, build_reward(cfg.reward, reward_search_path), agent)
+    return GroupFactory(cfg, tokenizer, dataset, RewardRunner(cfg.reward, reward_search_path), agent)
 
 
 def zero_variance(group: PromptGroup) -> bool:

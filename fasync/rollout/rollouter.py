@@ -286,7 +286,13 @@ class Rollouter:
             await self._released.wait_for(lambda: not any(self._held))
 
     async def _deliver(self, group: PromptGroup) -> None:
-        self.factory.score(group)
+        if self.factory.rewards.instant:
+            self.factory.score(group)  # microseconds: admission goes on at once, with no hand-off to a thread
+        else:  # in a worker thread: a slow reward must not stall the loop that streams the engines' requests
+            await asyncio.get_running_loop().run_in_executor(None, self.factory.score, group)
+        if group.reward_failure is not None:
+            self._drop(group, "reward_failed")
+            return
         if self.cfg.rollout.dynamic_sampling and zero_variance(group):
             self._drop(group, "zero_variance")
             self.zero_variance_in_a_row += 1

@@ -10,7 +10,7 @@ import pytest
 
 from fasync.config.schema import DataConfig, RewardConfig
 from fasync.data import ConfigurationError, Problem, build_dataset, build_reward
-from fasync.data.rewards import boxed_math, exact_match, last_boxed, partial_match
+from fasync.data.rewards import RewardInput, boxed_math, exact_match, last_boxed, partial_match
 from fasync.data.tasks import generate_problems
 from fasync.model.tokenizer import TASK_ALPHABET
 
@@ -42,9 +42,9 @@ def test_builtin_dataset_is_seeded_and_sampled_with_replacement():
     cfg = DataConfig(task="reverse", length=4, num_prompts=10, seed=7)
     first, second = build_dataset(cfg), build_dataset(cfg)
     assert len(first) == 10 and first.problems == second.problems
-    draw = first.sample_indices(50, random.Random(0))
+    draw = first.draw(0, 50, random.Random(0))
     assert len(draw) == 50 and set(draw) <= set(range(10))
-    assert draw == second.sample_indices(50, random.Random(0))
+    assert draw == second.draw(0, 50, random.Random(0))
     assert build_dataset(cfg.model_copy(update={"seed": 8})).problems != first.problems
 
 
@@ -137,28 +137,26 @@ def test_boxed_math(completion, label, reward):
 
 
 def test_builtin_rewards_by_name():
-    assert build_reward(RewardConfig(function="partial_match")) is partial_match
+    assert build_reward(RewardConfig(function="partial_match")).function is partial_match
     with pytest.raises(ConfigurationError, match="unknown reward 'exact'; use one of exact_match"):
         build_reward(RewardConfig(function="exact"))
 
 
 @pytest.fixture
-def reward_module(tmp_path, monkeypatch):
-    (tmp_path / "my_rewards.py").write_text(
+def reward_module(user_modules):
+    user_modules("my_rewards",
         "def length_bonus(completion, label):\n    return len(completion) / 10\n"
         "def one_arg(completion):\n    return 0.0\n"
         "NOT_CALLABLE = 3\n"
     )
-    (tmp_path / "broken_rewards.py").write_text("import does_not_exist_anywhere\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield
-    for name in ("my_rewards", "broken_rewards"):
-        sys.modules.pop(name, None)
+    user_modules("broken_rewards", "import does_not_exist_anywhere\n")
 
 
 def test_custom_reward_imports(reward_module):
+    from fasync.data.rewards import RewardInput
+
     reward = build_reward(RewardConfig(function="my_rewards:length_bonus"))
-    assert reward("abcde", "") == 0.5
+    assert reward(RewardInput("abcde", Problem("p", ""))) == 0.5
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -254,17 +252,14 @@ def test_a_builtin_task_that_fills_the_context_is_refused_too():
 
 
 @pytest.fixture
-def odd_rewards(tmp_path, monkeypatch):
-    (tmp_path / "odd_rewards.py").write_text(
+def odd_rewards(user_modules):
+    user_modules("odd_rewards",
         "def nan(completion, label):\n    return float('nan')\n"
         "def inf(completion, label):\n    return float('-inf')\n"
         "def text(completion, label):\n    return '1.0'\n"
         "def none(completion, label):\n    return None\n"
         "def flag(completion, label):\n    return completion == label\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield
-    sys.modules.pop("odd_rewards", None)
 
 
 def scored(function: str, path: str | None = None):
@@ -334,15 +329,12 @@ def test_records_fasync_cannot_train_on_are_refused_with_their_line(tmp_path, li
 
 
 @pytest.fixture
-def failing_rewards(tmp_path, monkeypatch):
-    (tmp_path / "failing_rewards.py").write_text(
+def failing_rewards(user_modules):
+    user_modules("failing_rewards",
         "def huge(completion, label):\n    return 1e308\n"
         "def raises(completion, label):\n    return int(completion) / 0\n"
         "def interrupts(completion, label):\n    raise KeyboardInterrupt\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield
-    sys.modules.pop("failing_rewards", None)
 
 
 @pytest.mark.parametrize("function, said", [
@@ -363,14 +355,14 @@ def test_a_reward_that_fails_is_one_error_naming_the_function_and_the_prompt(fai
 
 
 def test_a_stop_signal_during_the_reward_still_stops_the_run():
-    from fasync.data.rewards import score
+    from fasync.data.rewards import Reward, score
     from fasync.launch.signals import Stop
 
     def stopped(completion, label):
         raise Stop(2)  # what the driver's SIGINT handler raises wherever the run is
 
     with pytest.raises(Stop):
-        score(stopped, "m:stopped", "12", "21", "prompt 0")
+        score(Reward.of(stopped, "m:stopped"), "m:stopped", RewardInput("12", Problem("p", "21")), "prompt 0")
 
 
 def test_a_module_reward_is_looked_for_after_the_standard_library_and_travels_with_its_directories(tmp_path):
@@ -380,16 +372,14 @@ def test_a_module_reward_is_looked_for_after_the_standard_library_and_travels_wi
     import pickle
     from importlib.machinery import PathFinder
 
-    from fasync.data.rewards import ModuleReward
-
     (tmp_path / "beside_config.py").write_text("def score(completion, label):\n    return 1.0\n")
     (tmp_path / "json.py").write_text("raise RuntimeError('a module beside the config shadowed the stdlib')\n")
     before, pythonpath = list(sys.path), os.environ.get("PYTHONPATH")
     try:
-        assert build_reward(RewardConfig(function="partial_match"), (str(tmp_path),)) is partial_match
+        assert build_reward(RewardConfig(function="partial_match"), (str(tmp_path),)).function is partial_match
         assert sys.path == before  # a built-in reward needs no directory
         reward = build_reward(RewardConfig(function="beside_config:score"), (str(tmp_path),))
-        assert reward("a", "b") == 1.0
+        assert reward(RewardInput("a", Problem("p", "b"))) == 1.0
         assert sys.path == [*before, str(tmp_path)]  # after the standard library and site-packages
         # The standard library's json is found first, not the one beside the config.
         assert Path(PathFinder.find_spec("json").origin).parent != tmp_path
@@ -397,7 +387,7 @@ def test_a_module_reward_is_looked_for_after_the_standard_library_and_travels_wi
         sys.path[:] = before
         sys.modules.pop("beside_config")
         copy = pickle.loads(pickle.dumps(reward))  # as an actor receives it: imported anew from its directories
-        assert isinstance(copy, ModuleReward) and copy("a", "b") == 1.0
+        assert copy.function is not reward.function and copy(RewardInput("a", Problem("p", "b"))) == 1.0
         assert os.environ.get("PYTHONPATH") == pythonpath
     finally:
         sys.path[:] = before

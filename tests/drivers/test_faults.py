@@ -25,7 +25,7 @@ from fasync.config.schema import FasyncConfig
 
 def test_a_nan_loss_skips_the_step_and_leaves_weights_and_optimizer_untouched(monkeypatch):
     from fasync.data import build_dataset
-    from fasync.data.rewards import build_reward
+    from fasync.data.scoring import RewardRunner
     from fasync.launch.plan import resolve
     from fasync.model import build_tokenizer
     from fasync.rollout.build import build_engine
@@ -34,7 +34,7 @@ def test_a_nan_loss_skips_the_step_and_leaves_weights_and_optimizer_untouched(mo
 
     cfg = tiny_config(train={"global_batch_size": 16, "micro_batch_size": 8})
     tokenizer = build_tokenizer(cfg.model, cfg.data)
-    factory = GroupFactory(cfg, tokenizer, build_dataset(cfg.data), build_reward(cfg.reward))
+    factory = GroupFactory(cfg, tokenizer, build_dataset(cfg.data), RewardRunner(cfg.reward))
     engine = build_engine(cfg, tokenizer)
     trainer = trainer_module.Trainer(resolve(cfg))
 

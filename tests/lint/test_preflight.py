@@ -67,9 +67,9 @@ def test_context_shorter_than_the_longest_prompt_plus_new_tokens(ray_session, tm
     data.write_text(json.dumps({"prompt": "1" * 40, "label": "1"}) + "\n" + json.dumps({"prompt": "2", "label": "2"}) + "\n")
     text = f"model:\n  path: {model}\ndata:\n  path: {data}\nrollout:\n  max_new_tokens: {{new}}\n"
     found = findings(tmp_path, text.format(new=30))
-    assert codes(found) == [("E004", "rollout.max_new_tokens")]
+    assert codes(found) == [("E004", "rollout.max_new_tokens"), ("E009", "data.path")]
     assert "above the model's context of 64" in found[0].message
-    assert findings(tmp_path, text.format(new=8)) == []
+    assert codes(findings(tmp_path, text.format(new=8))) == [("E009", "data.path")]
 
 
 def test_dataset_missing_or_without_its_keys(ray_session, tmp_path):
@@ -78,7 +78,9 @@ def test_dataset_missing_or_without_its_keys(ray_session, tmp_path):
     data.write_text(json.dumps({"question": "1+1", "label": "2"}) + "\n")
     found = findings(tmp_path, f"data:\n  path: {data}\n")
     assert codes(found) == [("E005", "data.prompt_key")] and ":1 has no key 'prompt'" in found[0].message
-    assert findings(tmp_path, f"data:\n  path: {data}\n  prompt_key: question\n") == []
+    (loaded,) = findings(tmp_path, f"data:\n  path: {data}\n  prompt_key: question\n")
+    assert (loaded.code, loaded.key) == ("E009", "data.path") and loaded.severity.value == "info"
+    assert loaded.message.startswith("1 records; the longest prompt is 4 tokens (") and '"1+1"' in loaded.message
 
 
 def test_cli_without_a_running_cluster_says_fasync_will_start_one(tmp_path):

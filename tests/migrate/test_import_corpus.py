@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from fasync.cli import app
 from fasync.config.derived import derive
 from fasync.config.loader import load_config
-from fasync.lint.engine import lint
+from fasync.lint.engine import check_files, exit_code, lint
 
 CORPUS = TESTS / "import_corpus"
 EXPECTED: dict[str, dict] = yaml.safe_load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))
@@ -110,6 +110,10 @@ def _problems(name: str, tmp_path: Path) -> list[str]:
         found_nodes = -(-config.resources.num_gpus // per_node)
         if found_nodes != nodes:
             problems.append(f"nodes {found_nodes} (expected {nodes})")
+    problems += _asks(spec, result, out)
+    text = out.read_text(encoding="utf-8") + output
+    problems += [f"does not name the {what.replace('_', ' ')} {path}" for what, path in (spec.get("paths") or {}).items()
+                 if str(path) not in text]
     codes = {d.code for d in lint(loaded)}
     rules = spec.get("rules") or {}
     problems += [f"{code} not reported" for code in rules.get("fire", []) if code not in codes]
@@ -117,6 +121,24 @@ def _problems(name: str, tmp_path: Path) -> list[str]:
     if spec.get("not_supported_yet") and "not supported yet" not in out.read_text(encoding="utf-8") + output:
         problems.append("does not name what is not supported yet")
     return problems
+
+
+ASKED = re.compile(r"(?:: set | and )([a-z_]+\.[a-z_]+) \(")
+"""A fasync key the import's last line asks for: `fasync import: set data.path (...) and reward.function (...)`."""
+
+
+def _asks(spec: dict, result, out: Path) -> list[str]:
+    """The import asks (exit 1, one line) for exactly the keys expected.yaml's `asks` lists; asking for none, it
+    exits as `fasync check` does on the config it wrote."""
+    if "asks" not in spec:
+        return []
+    lines = result.output.strip().splitlines()
+    last = lines[-1] if lines else ""
+    asked = ASKED.findall(last) if last.startswith("fasync import: set ") else []
+    if sorted(asked) != sorted(spec["asks"]):
+        return [f"asks for {asked or 'nothing'} (expected {spec['asks'] or 'nothing'}): {last[:200]!r}"]
+    wanted = 1 if asked else exit_code(check_files([out]))
+    return [] if result.exit_code == wanted else [f"exit {result.exit_code} (expected {wanted})"]
 
 
 def test_the_corpus_imports_as_expected(tmp_path):

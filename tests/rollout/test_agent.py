@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import replace
 
 import pytest
+from local_actors import LocalMethod
 from sections import tiny_config
 
 from fasync.errors import ConfigurationError
@@ -45,19 +46,6 @@ async def returns_text(task, engine):
     return "42"
 
 
-class Remote:
-    """An actor method as fasync calls it: `.remote(...)` returns something to await."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        async def call():
-            await asyncio.sleep(0)
-            return self.fn(*args)
-        return call()
-
-
 class TurnEngine:
     """Answers every request with up to TURN_TOKENS tokens of its weight version's id, then its turn's end;
     records each call's batch size."""
@@ -66,11 +54,11 @@ class TurnEngine:
         self.end_id = end_id
         self.version = 0
         self.batches: list[int] = []
-        self.generate = Remote(self._generate)
-        self.load_weights = Remote(self._load)
-        self.abort = Remote(lambda: None)
-        self.rng_state = Remote(lambda: None)
-        self.set_rng_state = Remote(lambda state: None)
+        self.generate = LocalMethod(self._generate)
+        self.load_weights = LocalMethod(self._load)
+        self.abort = LocalMethod(lambda: None)
+        self.rng_state = LocalMethod(lambda: None)
+        self.set_rng_state = LocalMethod(lambda state: None)
 
     def _load(self, weights, version):
         self.version = version

@@ -6,19 +6,9 @@ from __future__ import annotations
 
 import pytest
 from driver_runs import assert_ledger_balanced, run_mode
-from paths import REPO
 from sections import tiny_config
 
-pytestmark = pytest.mark.ray
-
-EXAMPLES = REPO / "examples" / "agentic"
-
-
-@pytest.fixture(autouse=True)
-def examples_importable(monkeypatch):
-    """As `fasync train` makes a config's directory importable. The session's Ray workers started without it:
-    the rollouter's actor finds the environment through the directory its runner carries (`AgentRunner`)."""
-    monkeypatch.syspath_prepend(str(EXAMPLES))
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("agentic_examples")]
 
 
 def agentic_config(mode: str, env: str, **rollout):

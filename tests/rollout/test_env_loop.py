@@ -4,11 +4,10 @@ conversation so far and answers, so that the loop's turns, tool calls, rewards, 
 from __future__ import annotations
 
 import asyncio
-import sys
 from dataclasses import replace
 
 import pytest
-from paths import REPO
+from local_actors import LocalMethod
 from sections import tiny_config
 
 from fasync.launch.plan import resolve
@@ -17,19 +16,7 @@ from fasync.rollout.tools import ToolCall, parse_hermes, run_tool_calls
 from fasync.rollout.trajectory import TrajectoryStats
 from fasync.wire import pack, unpack
 
-EXAMPLES = REPO / "examples" / "agentic"
-sys.path.insert(0, str(EXAMPLES))
-
-
-class Remote:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        async def call():
-            await asyncio.sleep(0)
-            return self.fn(*args)
-        return call()
+pytestmark = pytest.mark.usefixtures("agentic_examples")
 
 
 class ScriptedModel:
@@ -39,7 +26,7 @@ class ScriptedModel:
     def __init__(self, tokenizer, policy):
         self.tokenizer, self.policy = tokenizer, policy
         self.end = tokenizer.stop_token_ids[-1]
-        self.generate = Remote(self._generate)
+        self.generate = LocalMethod(self._generate)
 
     def _generate(self, packed, params, token_budget=None):
         out = []

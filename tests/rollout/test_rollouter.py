@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from local_actors import LocalMethod
 from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
@@ -37,23 +38,9 @@ def target_length(request_id: int) -> int:
     return LONG if request_id // N % 3 == 0 else SHORT
 
 
-class Method:
-    """A method as the rollouter calls an actor's: `.remote(...)` returns something to await."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        async def call():
-            await asyncio.sleep(0)
-            return self.fn(*args)
-
-        return call()
-
-
-class Dispatched(Method):
+class Dispatched(LocalMethod):
     """A method that runs when it is called, as a Ray actor runs its calls in the order they were sent (what
-    `Method` defers to the await): a streaming engine must see a submit before a later abort."""
+    `LocalMethod` defers to the await): a streaming engine must see a submit before a later abort."""
 
     def remote(self, *args):
         result = self.fn(*args)
@@ -73,9 +60,9 @@ class ScriptedEngine:
         self.calls: list[list[tuple[int, int]]] = []
         self.aborts = 0
         self.version = 0
-        self.generate = Method(self._generate)
-        self.abort = Method(self._abort)
-        self.load_weights = Method(self._load_weights)
+        self.generate = LocalMethod(self._generate)
+        self.abort = LocalMethod(self._abort)
+        self.load_weights = LocalMethod(self._load_weights)
 
     def _load_weights(self, weights, version):
         self.version = version
@@ -313,8 +300,8 @@ class CheckpointedEngine(ScriptedEngine):
     def __init__(self):
         super().__init__()
         self.rng = 0
-        self.rng_state = Method(lambda: self.rng)
-        self.set_rng_state = Method(self._set_rng)
+        self.rng_state = LocalMethod(lambda: self.rng)
+        self.set_rng_state = LocalMethod(self._set_rng)
 
     def _set_rng(self, state):
         self.rng = state

@@ -25,6 +25,7 @@ REWARD_RANGES: dict[str, tuple[float, float]] = {
     "exact_match": (0.0, 1.0),
     "partial_match": (0.0, 1.0),
     "boxed_math": (0.0, 1.0),
+    "math_verify": (0.0, 1.0),
 }
 """Lowest and highest value of each built-in reward (fasync.data.rewards.BUILTIN_REWARDS)."""
 

@@ -10,7 +10,7 @@ from fasync.lint.rules.facts import REWARD_RANGES
 def _target_and_range(cfg):
     """The target reward and the built-in reward's (lowest, highest), or None when either is unknown."""
     target, reward = cfg.train.target_reward, cfg.reward.function
-    if target is None or reward not in REWARD_RANGES:
+    if target is None or reward not in REWARD_RANGES or cfg.reward.url is not None:
         return None
     return target, REWARD_RANGES[reward]
 
@@ -19,8 +19,8 @@ def _target_and_range(cfg):
     "P001", "unreachable-target-reward", Severity.ERROR,
     summary="`train.target_reward` is above the most the reward can give.",
     what="Reports a `train.target_reward` above the highest value of the built-in reward in "
-    "`reward.function` (1.0 for `exact_match`, `partial_match` and `boxed_math`). Custom rewards "
-    "(`module:function`) are not checked.",
+    "`reward.function` (1.0 for every built-in reward). Custom rewards (`module:function`) and remote ones "
+    "(`reward.url`) are not checked.",
     why="Early stopping compares the running mean reward with the target; a target above the reward's "
     "maximum is never met, so the run always runs all `train.num_rollouts`, which is usually not what a "
     "target was set for (often a reward scale from another framework or a percentage).",

@@ -58,8 +58,8 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
         yield "data", ["task", "length", "num_prompts"], "they describe a built-in task, and `data.path` is a file", \
             "`data.path: null`"
     else:
-        yield "data", ["prompt_key", "label_key"], "they name JSONL fields, and `data.path` is null", \
-            "a JSONL `data.path`"
+        yield "data", ["format", "prompt_key", "label_key"], "they describe a dataset file, and `data.path` is " \
+            "null", "a dataset file in `data.path`"
     estimator = cfg.train.advantage_estimator
     if estimator not in ("grpo", "reinforce_baseline"):
         how = "never divides by a std" if estimator == "rloo" else "always whitens over the batch's tokens"
