@@ -198,14 +198,16 @@ def export(
                                              "(default: the newest).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Write into OUT even if it holds files that are not "
                                         "a fasync export (files of the same names are replaced).")] = False,
+    merge: Annotated[bool, typer.Option("--merge", help="A LoRA run (model.lora): write the model with the adapter "
+                                        "merged in, instead of the adapter.")] = False,
 ) -> None:
     """Export a checkpoint's policy for use elsewhere: a Hugging Face model with save_pretrained (safetensors)
-    and its tokenizer; the embedded model as model.safetensors; and fasync_model.json. OUT must be new, empty
-    or an earlier export. Exit 0: written, 1: the checkpoint cannot be used or OUT cannot be written, 2: no run
-    directory."""
+    and its tokenizer; the embedded model as model.safetensors; a LoRA run's adapter as peft writes it (or, with
+    --merge, the merged model); and fasync_model.json. OUT must be new, empty or an earlier export. Exit 0:
+    written, 1: the checkpoint cannot be used or OUT cannot be written, 2: no run directory."""
     from fasync.commands import export as command
 
-    raise typer.Exit(command.run(run_dir, out, step, force))
+    raise typer.Exit(command.run(run_dir, out, step, force, merge))
 
 
 @app.command("eval")

@@ -7,7 +7,8 @@ so that a report can show its arithmetic. Decimal units: 1 GB = 10^9 bytes.
 
 The terms, for P parameters in L decoder layers, N trainer ranks, c bytes per compute element:
 - weights, gradients and AdamW moments: fp32 (master weights; `fasync.train.trainer`), so 4 + 4 + 8 bytes
-  per parameter, divided by N under fsdp2; ddp also keeps a compute-dtype copy when c < 4 (autocast) and
+  per parameter, divided by N under fsdp2; under `model.lora` gradients and moments only for the adapters
+  (`adapter_parameters`), whose weights add to the model's; ddp also keeps a compute-dtype copy when c < 4 (autocast) and
   one gradient bucket (`fasync.train.distributed.GRADIENT_BUCKET_ELEMENTS`);
 - fsdp2's gathered parameters: the root's (embeddings, final norm, output projection) and two layers' in
   compute dtype (the one running and the one prefetched), plus one layer's unsharded fp32 gradients;
@@ -184,6 +185,13 @@ def engine_terms(cfg: FasyncConfig, dims: ModelDims) -> list[Term]:
     ]
 
 
+def adapter_parameters(dims: ModelDims, rank: int) -> int:
+    """LoRA's parameters on every linear layer of each decoder layer (`fasync.model.lora.default_targets`):
+    rank × (in + out) for q and o (h → h), k and v (h → kv), gate and up (h → i) and down (i → h), so
+    rank × (9h + 2kv + 3i) per layer; fewer `target_modules` hold fewer, so this bounds them."""
+    return dims.num_layers * rank * (9 * dims.hidden_size + 2 * dims.kv_width + 3 * dims.intermediate_size)
+
+
 def estimate(cfg: FasyncConfig, derived: Derived, dims: ModelDims | None) -> MemoryEstimate | None:
     """Peak bytes on one trainer GPU (with its colocated engine's share), term by term, for `derived`
     (the strategy and micro batch size in effect) and the model's `dims` (`model_dims`; None: unknown, and so
@@ -196,10 +204,15 @@ def estimate(cfg: FasyncConfig, derived: Derived, dims: ModelDims | None) -> Mem
     p, n, layers = dims.parameters, res.trainer_ranks, dims.num_layers
     shards = n if strategy == "fsdp2" else 1
     over = f" / {n} ranks" if shards > 1 else ""
+    # Under LoRA only the adapters train: they add to the weights and alone have gradients and moments.
+    lora = cfg.model.lora
+    trained = p if lora is None else adapter_parameters(dims, lora.rank)
+    weights = p if lora is None else p + trained
+    what = "" if lora is None else " adapter parameters"
     terms = [
-        Term("fp32 master weights", f"4 B × {p:,} parameters{over}", 4 * p / shards),
-        Term("fp32 gradients", f"4 B × {p:,}{over}", 4 * p / shards),
-        Term("AdamW moments", f"8 B × {p:,}{over}", 8 * p / shards),
+        Term("fp32 master weights", f"4 B × {weights:,} parameters{over}", 4 * weights / shards),
+        Term("fp32 gradients", f"4 B × {trained:,}{what}{over}", 4 * trained / shards),
+        Term("AdamW moments", f"8 B × {trained:,}{what}{over}", 8 * trained / shards),
     ]
     if strategy == "fsdp2":
         gathered = dims.root_parameters + 2 * dims.layer_parameters

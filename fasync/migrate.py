@@ -313,7 +313,7 @@ def _steps_per_rollout(out: Imported) -> int | None:
         else:
             nested[head] = value
     try:
-        return derive(FasyncConfig.model_validate(nested)).num_steps_per_rollout
+        return derive(FasyncConfig.model_validate(nested)).optimizer_steps_per_rollout
     except (ValidationError, ValueError, ZeroDivisionError):
         return None
 

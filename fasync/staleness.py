@@ -4,9 +4,10 @@ A weight version increments at each weight sync to the engines. A sample's stale
 version minus the oldest version that produced any of its tokens (a partial rollout spans versions).
 
 Lag is counted in optimizer steps, never in versions plus steps. With `s = async.max_weight_staleness`,
-`N = num_steps_per_rollout` and `I = async.update_weights_interval`, one version spans `I × N` optimizer
-steps, so a trained token may have been sampled up to `(s + 1) × I × N − 1` optimizer steps before the
-policy that takes its gradient (s when N = I = 1; N − 1 in sync, where s = 0 and I = 1).
+`N = num_steps_per_rollout`, `E = train.ppo_epochs` (passes over each rollout, N steps each) and
+`I = async.update_weights_interval`, one version spans `I × N × E` optimizer steps, so a trained token may
+have been sampled up to `(s + 1) × I × N × E − 1` optimizer steps before the policy that takes its gradient
+(s when N = E = I = 1; N × E − 1 in sync, where s = 0 and I = 1).
 
 Pure Python with no heavy imports: `fasync check` and `fasync simulate` use it as the drivers do.
 """
@@ -50,9 +51,9 @@ def rollouts_ahead(bound: Optional[int], interval: int) -> int:
     return (bound + 1) * interval if bound is not None else 2
 
 
-def steps_per_version(num_steps_per_rollout: int, interval: int) -> int:
-    """Optimizer steps the trainer takes between two weight versions: `I × N`."""
-    return interval * max(num_steps_per_rollout, 1)
+def steps_per_version(num_steps_per_rollout: int, interval: int, epochs: int = 1) -> int:
+    """Optimizer steps the trainer takes between two weight versions: `I × N × E`."""
+    return interval * max(num_steps_per_rollout, 1) * epochs
 
 
 @dataclass(frozen=True)
@@ -78,11 +79,11 @@ class LagBound:
         return text
 
 
-def max_lag(mode: str, bound: Optional[int], num_steps_per_rollout: int, interval: int) -> LagBound:
-    """`(s + 1) × I × N − 1` optimizer steps; sync is s = 0 with a sync after every rollout (I = 1)."""
+def max_lag(mode: str, bound: Optional[int], num_steps_per_rollout: int, interval: int, epochs: int = 1) -> LagBound:
+    """`(s + 1) × I × N × E − 1` optimizer steps; sync is s = 0 with a sync after every rollout (I = 1)."""
     if mode == "sync":
         bound, interval = 0, 1
-    per_version = steps_per_version(num_steps_per_rollout, interval)
+    per_version = steps_per_version(num_steps_per_rollout, interval, epochs)
     return LagBound(None if bound is None else (bound + 1) * per_version - 1, per_version)
 
 

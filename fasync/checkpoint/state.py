@@ -171,11 +171,14 @@ def load_driver_state(checkpoint: Checkpoint, types: Sequence = ()) -> dict:
 
 
 def load_policy(cfg, checkpoint: Checkpoint):
-    """The policy of `checkpoint`, whole, in one process (DCP reshards whatever wrote it)."""
-    from fasync.model import build_model, build_tokenizer
+    """The policy of `checkpoint`, whole, in one process (DCP reshards whatever wrote it); with its adapters
+    under `model.lora`."""
+    from fasync.model import build_model, build_tokenizer, lora
 
     tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
     model = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32)
+    if cfg.model.lora is not None:
+        lora.apply(model, cfg.model.lora)
     state = {"model": model.state_dict()}
     try:
         dcp_load(state, checkpoint.path / TRAINER)
@@ -189,13 +192,18 @@ EXPORT_RECORD = "fasync_model.json"
 """Written into every export: the model section, the task, the step and the weight version it came from. A
 directory holding it is a fasync export, which a later export may write into."""
 
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+"""A LoRA run's adapter as peft names its weights file (beside peft's adapter_config.json)."""
 
-def export_policy(cfg, checkpoint: Checkpoint, out: Path, force: bool = False) -> list[str]:
+
+def export_policy(cfg, checkpoint: Checkpoint, out: Path, force: bool = False, merge: bool = False) -> list[str]:
     """Write the checkpoint's policy to `out` in `model.dtype`: a Hugging Face model with `save_pretrained`
-    (safetensors) and its tokenizer; the embedded tiny model as model.safetensors; and `EXPORT_RECORD`. `out`
-    must be new, empty or an earlier export (any directory with `force`). The files are written beside `out`
-    first and moved in once all are written, so a failed export (a full disk) leaves `out` as it was. Returns
-    the files written; RunFileError when `out` is refused or cannot be written."""
+    (safetensors) and its tokenizer; the embedded tiny model as model.safetensors; and `EXPORT_RECORD`. Under
+    `model.lora`, the adapter as peft writes one (`ADAPTER_WEIGHTS`, adapter_config.json) instead of the model,
+    or with `merge` the model with the adapter merged in. `out` must be new, empty or an earlier export (any
+    directory with `force`). The files are written beside `out` first and moved in once all are written, so a
+    failed export (a full disk) leaves `out` as it was. Returns the files written; RunFileError when `out` is
+    refused or cannot be written."""
     import os
     import shutil
 
@@ -205,7 +213,7 @@ def export_policy(cfg, checkpoint: Checkpoint, out: Path, force: bool = False) -
     try:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        _write_policy(cfg, checkpoint, model, tokenizer, staging)
+        _write_policy(cfg, checkpoint, model, tokenizer, staging, merge)
         written = sorted(path.name for path in staging.iterdir())
         out.mkdir(exist_ok=True)
         for name in written:
@@ -227,14 +235,35 @@ def _check_export_target(out: Path, force: bool) -> None:
                        "of the same names are replaced)")
 
 
-def _write_policy(cfg, checkpoint: Checkpoint, model, tokenizer, out: Path) -> None:
+def _write_policy(cfg, checkpoint: Checkpoint, model, tokenizer, out: Path, merge: bool) -> None:
     import json
 
     from safetensors.torch import save
 
+    from fasync.model import build_model, lora
     from fasync.model.policy import DTYPES
 
-    model = model.to(DTYPES[cfg.model.dtype])
+    dtype = DTYPES[cfg.model.dtype]
+    if cfg.model.lora is not None:
+        base = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32)
+        if merge:
+            base.load_state_dict(lora.merged_state_dict(model))
+            _write_model(cfg, base.to(dtype), tokenizer, out)
+        else:
+            adapter = {name: tensor.to(dtype) for name, tensor in lora.adapter_state_dict(model).items()}
+            # Serialized here and written by Python, so that a full disk raises OSError like every other write.
+            (out / ADAPTER_WEIGHTS).write_bytes(save(adapter, metadata={"format": "pt"}))
+            lora.peft_config(base, cfg.model.lora).save_pretrained(str(out))
+    else:
+        _write_model(cfg, model.to(dtype), tokenizer, out)
+    (out / EXPORT_RECORD).write_text(json.dumps(
+        {"model": cfg.model.model_dump(), "data": {"task": cfg.data.task, "length": cfg.data.length},
+         "step": checkpoint.step, "weight_version": checkpoint.record.weight_version}, indent=2) + "\n")
+
+
+def _write_model(cfg, model, tokenizer, out: Path) -> None:
+    from safetensors.torch import save
+
     if cfg.model.path is not None:
         with _safetensors_os_errors():
             model.lm.save_pretrained(out, safe_serialization=True)
@@ -243,9 +272,6 @@ def _write_policy(cfg, checkpoint: Checkpoint, model, tokenizer, out: Path) -> N
         # Serialized here and written by Python, so that a full disk raises OSError like every other write.
         (out / "model.safetensors").write_bytes(save(
             {name: tensor.contiguous() for name, tensor in model.state_dict().items()}, metadata={"format": "pt"}))
-    (out / EXPORT_RECORD).write_text(json.dumps(
-        {"model": cfg.model.model_dump(), "data": {"task": cfg.data.task, "length": cfg.data.length},
-         "step": checkpoint.step, "weight_version": checkpoint.record.weight_version}, indent=2) + "\n")
 
 
 @contextmanager
@@ -268,8 +294,10 @@ def _safetensors_os_errors():
         raise OSError(code, os.strerror(code) if code in errno.errorcode else str(error)) from error
 
 
-def export_run(run_dir: Path, step: int | None, out: Path, force: bool = False) -> tuple[Checkpoint, list[str]]:
-    """`fasync export`: the checkpoint of `run_dir` at `step` (None: the newest), exported to `out`."""
+def export_run(run_dir: Path, step: int | None, out: Path, force: bool = False,
+               merge: bool = False) -> tuple[Checkpoint, list[str]]:
+    """`fasync export`: the checkpoint of `run_dir` at `step` (None: the newest), exported to `out` (`merge`: a
+    LoRA run's adapter merged into the model)."""
     from fasync import checkpoint
     from fasync.config.loader import load_config
     from fasync.errors import ConfigurationError
@@ -278,4 +306,4 @@ def export_run(run_dir: Path, step: int | None, out: Path, force: bool = False) 
     loaded = load_config(str(run_dir / "config.yaml"))
     if loaded.config is None:
         raise ConfigurationError(f"{run_dir}/config.yaml: does not load as a fasync config")
-    return found, export_policy(loaded.config, found, out, force)
+    return found, export_policy(loaded.config, found, out, force, merge)

@@ -59,16 +59,21 @@ class Policy:
 def _policy(cfg, directory: Path, step: int | None, export: str | None):
     """(the config to evaluate with, the tokenizer, the `Policy`) of the checkpoint at `step` or of `export`."""
     from fasync import checkpoint
-    from fasync.checkpoint.state import load_policy
+    from fasync.checkpoint.state import ADAPTER_WEIGHTS, load_policy
     from fasync.errors import ConfigurationError
-    from fasync.model import build_tokenizer
+    from fasync.model import build_tokenizer, lora
 
     if export is None:
         found = checkpoint.at_step(directory, step)
         model, tokenizer = load_policy(cfg, found)
+        # The engine loads the weights without adapters, as in training: a LoRA policy's merged.
+        weights = model.state_dict() if cfg.model.lora is None else lora.merged_state_dict(model)
         return cfg, tokenizer, Policy(f"step_{found.step:06d}", f"{found.path.name} (step {found.step})",
-                                      model.state_dict(), found.record.weight_version)
+                                      weights, found.record.weight_version)
     exported = Path(export)
+    if (exported / ADAPTER_WEIGHTS).is_file():
+        raise ConfigurationError(f"--export {export}: a LoRA adapter without its model; evaluate the run's "
+                                 "checkpoint instead (leave out --export), or export it with --merge")
     if (exported / "fasync_model.json").is_file():  # the embedded model: model.safetensors
         from safetensors.torch import load_file
 

@@ -10,7 +10,7 @@ from fasync.commands import usage_error
 from fasync.exit_codes import ExitCode
 
 
-def run(run_dir: str, out: str, step: int | None, force: bool = False) -> int:
+def run(run_dir: str, out: str, step: int | None, force: bool = False, merge: bool = False) -> int:
     """0: written, 1: the checkpoint cannot be used (or `out` cannot be written), 2: no run directory."""
     from fasync.atomic import RunFileError, describe_os_error
     from fasync.errors import ConfigurationError
@@ -21,7 +21,7 @@ def run(run_dir: str, out: str, step: int | None, force: bool = False) -> int:
     from fasync.checkpoint.state import export_run
 
     try:
-        found, files = export_run(directory, step, Path(out), force)
+        found, files = export_run(directory, step, Path(out), force, merge)
     except (RunFileError, ConfigurationError) as error:
         typer.echo(f"fasync export: {error}", err=True)
         return ExitCode.FAILED

@@ -19,6 +19,9 @@ GB = 1e9
 """Decimal units, as `resources.gpu_memory_gb` counts them."""
 REPLICA_BYTES_PER_PARAMETER = 16
 """fp32 weights, gradients and two AdamW moments."""
+CLIP_EPS_DEFAULTS = {"token": (0.2, 0.2), "sequence": (3e-4, 4e-4)}
+"""(low, high) clip defaults per `train.importance_ratio`. A sequence ratio is a geometric mean over the tokens,
+so it stays far closer to 1 than token ratios do: GSPO (Zheng et al. 2025, §5.1) clips it at 3e-4 and 4e-4."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,15 @@ class Derived:
     effective_global_batch_size: int
     """Samples per optimizer step: the whole rollout under the dynamic global batch size."""
     num_steps_per_rollout: int
-    """Optimizer steps per rollout (fully_async: per drain)."""
+    """Optimizer steps per pass over a rollout (fully_async: a drain); `train.ppo_epochs` passes each."""
+    optimizer_steps_per_rollout: int
+    """Optimizer steps each rollout (drain) takes: ppo_epochs × num_steps_per_rollout."""
+    total_optimizer_steps: int
+    """Optimizer steps of the whole run: train.num_rollouts × optimizer_steps_per_rollout (the learning-rate
+    schedule's length)."""
+    clip_eps: tuple[float, float]
+    """(low, high) of the PPO clip after the defaults: 0.2 each with a token ratio, GSPO's (3e-4, 4e-4) with a
+    sequence ratio."""
     trimmed_samples_per_rollout: int
     """Samples generated but never trained on each rollout (0 under the dynamic global batch size)."""
     micro_batch_size: int
@@ -37,7 +48,7 @@ class Derived:
     """Forward/backward passes per optimizer step on each data-parallel rank (rounded down)."""
     max_lag: LagBound
     """Most optimizer steps between the policy that sampled a trained token and the one that takes its
-    gradient: (max_weight_staleness + 1) × update_weights_interval × num_steps_per_rollout − 1
+    gradient: (max_weight_staleness + 1) × update_weights_interval × num_steps_per_rollout × ppo_epochs − 1
     (fasync/staleness.py)."""
     max_queue_size: int
     """fully_async: prompt groups the queue holds (the configured value or its default)."""
@@ -113,10 +124,14 @@ def derive(cfg: FasyncConfig, model_parameters: int | None = None) -> Derived:
         samples_per_rollout=samples,
         effective_global_batch_size=global_batch,
         num_steps_per_rollout=steps,
+        optimizer_steps_per_rollout=steps * train.ppo_epochs,
+        total_optimizer_steps=train.num_rollouts * steps * train.ppo_epochs,
+        clip_eps=tuple(default if value is None else value for value, default in
+                       zip((train.clip_eps_low, train.clip_eps_high), CLIP_EPS_DEFAULTS[train.importance_ratio])),
         trimmed_samples_per_rollout=trimmed,
         micro_batch_size=micro,
         micro_batches_per_step=micro_batches,
-        max_lag=max_lag(cfg.mode, staleness, steps, cfg.async_.update_weights_interval),
+        max_lag=max_lag(cfg.mode, staleness, steps, cfg.async_.update_weights_interval, train.ppo_epochs),
         max_queue_size=queue,
         max_concurrent_samples=concurrent,
         ratio_anchor=anchor,

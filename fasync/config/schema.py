@@ -20,6 +20,15 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, allow_inf_nan=False)
 
 
+class LoraConfig(Section):
+    rank: int = Field(8, ge=1, description="Rank r of each adapter: ΔW = B A with A of r × in and B of out × r.")
+    alpha: float = Field(16.0, gt=0.0, description="Scale: ΔW is multiplied by alpha / rank.")
+    target_modules: Optional[list[str]] = Field(
+        None, description="Names (or name suffixes) of the linear layers to adapt, e.g. `[q_proj, v_proj]`. Null: "
+        "every linear layer but the output projection.",
+    )
+
+
 class ModelConfig(Section):
     path: Optional[str] = Field(
         None,
@@ -32,6 +41,11 @@ class ModelConfig(Section):
     max_seq_len: int = Field(64, ge=8, description="Embedded model: longest prompt + completion in tokens.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype for training and rollout."
+    )
+    lora: Optional[LoraConfig] = Field(
+        None, description="Train low-rank adapters (peft's LoRA) instead of the whole model: only the adapters "
+        "train and hold AdamW state; the engines get the merged weights; `fasync export` writes the adapter, or "
+        "the merged model with --merge (docs/algorithms.md). Null: full fine-tuning.",
     )
 
 
@@ -113,6 +127,16 @@ class RewardConfig(Section):
         "fail", description="A reward that raises, times out or returns no finite number: `fail` stops the run "
         "naming it; `drop` drops its group (ledger reason `reward_failed`) and goes on.",
     )
+    overlong_buffer: Optional[int] = Field(
+        None, ge=1, description="DAPO's overlong shaping: the last this many tokens of `rollout.max_new_tokens` are "
+        "a buffer in which a completion's reward falls linearly, by up to `reward.overlong_penalty` at the budget; "
+        "a completion cut off by the budget (finish reason `length`) gets the whole penalty. Null: no shaping "
+        "(docs/algorithms.md).",
+    )
+    overlong_penalty: float = Field(
+        1.0, ge=0.0, description="With `reward.overlong_buffer`: the reward taken from a completion that reaches "
+        "`rollout.max_new_tokens`.",
+    )
 
 
 MAX_PROMPTS_PER_ROUND = 1 << 16
@@ -142,6 +166,9 @@ class RolloutConfig(Section):
     max_new_tokens: int = Field(16, ge=1, description="Longest completion in tokens.")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0: greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: Optional[int] = Field(
+        None, ge=1, description="Sample only among the k most likely tokens (renormalised). Null: no cut.",
+    )
     dynamic_sampling: bool = Field(
         False, description="Drop groups whose rewards all agree (zero advantage) and over-sample to refill the batch."
     )
@@ -211,20 +238,53 @@ class TrainConfig(Section):
     target_reward: Optional[float] = Field(
         None, description="Stop early once the running mean reward reaches this value. Null: run all rollouts."
     )
-    lr: float = Field(1e-3, gt=0.0, description="AdamW learning rate.")
+    ppo_epochs: int = Field(
+        1, ge=1, description="Passes over each rollout (fully_async: drain): every pass reshuffles the samples and "
+        "takes `num_steps_per_rollout` optimizer steps, so a rollout takes ppo_epochs × num_steps_per_rollout steps "
+        "and the policy lag grows with it (fasync/staleness.py).",
+    )
+    lr: float = Field(1e-3, gt=0.0, description="AdamW learning rate (the peak, after warmup).")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="After warmup: keep `train.lr`, or decay it linearly or along a half cosine "
+        "towards 0 at the end of the run (train.num_rollouts × ppo_epochs × num_steps_per_rollout optimizer "
+        "steps; fasync/train/schedule.py).",
+    )
+    lr_warmup_steps: int = Field(
+        0, ge=0, description="Optimizer steps over which the learning rate rises linearly from `train.lr` / "
+        "(warmup steps + 1) to `train.lr`.",
+    )
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     grad_clip: Optional[float] = Field(1.0, gt=0.0, description="Clip the global gradient norm to this. Null: no clip.")
-    advantage_estimator: Literal["grpo", "reinforce_baseline"] = Field(
+    advantage_estimator: Literal["grpo", "rloo", "reinforce_baseline", "reinforce_plus_plus",
+                                 "reinforce_plus_plus_baseline"] = Field(
         "grpo",
-        description="`grpo`: reward minus the group mean; `reinforce_baseline`: reward minus the batch mean.",
+        description="`grpo`: reward minus the group mean; `rloo`: reward minus the mean of the rest of its group; "
+        "`reinforce_baseline`: reward minus the batch mean; `reinforce_plus_plus`: the reward whitened over the "
+        "batch's tokens; `reinforce_plus_plus_baseline`: reward minus the group mean, whitened over the batch's "
+        "tokens (docs/algorithms.md).",
     )
-    normalize_advantage_std: bool = Field(True, description="Divide advantages by the group (or batch) std.")
-    clip_eps_low: float = Field(0.2, ge=0.0, description="PPO ratio clip below: 1 - clip_eps_low.")
-    clip_eps_high: float = Field(0.2, ge=0.0, description="PPO ratio clip above: 1 + clip_eps_high (DAPO clip-higher).")
+    normalize_advantage_std: bool = Field(
+        True, description="grpo and reinforce_baseline: divide advantages by the group (or batch) std. The other "
+        "estimators ignore it (rloo never divides; the reinforce_plus_plus ones always whiten).",
+    )
+    importance_ratio: Literal["token", "sequence"] = Field(
+        "token", description="`token`: PPO's ratio per token; `sequence`: GSPO's, the geometric mean of the "
+        "sequence's token ratios, clipped per sequence (TRL's importance_sampling_level).",
+    )
+    clip_eps_low: Optional[float] = Field(
+        None, ge=0.0, description="PPO ratio clip below: 1 - clip_eps_low. Null: 0.2 with a token ratio, 3e-4 with "
+        "a sequence ratio (GSPO's).",
+    )
+    clip_eps_high: Optional[float] = Field(
+        None, ge=0.0, description="PPO ratio clip above: 1 + clip_eps_high (DAPO clip-higher). Null: 0.2 with a "
+        "token ratio, 4e-4 with a sequence ratio (GSPO's).",
+    )
     kl_coef: float = Field(0.0, ge=0.0, description="Weight of the KL penalty to a frozen reference model (0: no reference).")
     entropy_coef: float = Field(0.0, description="Weight of the entropy bonus.")
-    loss_aggregation: Literal["token_mean", "sequence_mean"] = Field(
-        "token_mean", description="Average the loss over all tokens, or per sequence then over sequences."
+    loss_aggregation: Literal["token_mean", "sequence_mean", "seq_mean_token_sum_norm"] = Field(
+        "token_mean", description="`token_mean`: the mean over all tokens; `sequence_mean`: each sequence's token "
+        "mean, averaged over sequences; `seq_mean_token_sum_norm` (Dr. GRPO): each sequence's token sum divided by "
+        "`rollout.max_new_tokens`, averaged over sequences."
     )
     seed: int = Field(0, description="Seed for model initialisation and sampling.")
     strategy: Optional[Literal["ddp", "fsdp2"]] = Field(

@@ -160,6 +160,7 @@ def express(cfg, derived) -> Expressed:
     out.put_streaming_bound(cfg, "rollout.max_head_offpolicyness")
     out.note_trimmed_samples(derived)
     out.note_sync_every_step(interval)
+    out.note_algorithm(cfg)
     return out
 
 

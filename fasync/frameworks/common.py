@@ -6,7 +6,7 @@ Below `fasync.config`, whose loader hints read the key tables: nothing here impo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,13 +32,15 @@ class KeyMapping:
     note: str = ""
 
 
-NO_CRITIC = ("fasync has no critic: its advantages (grpo, reinforce_baseline) need no value model, so the "
-             "critic's settings have no equivalent.")
+NO_CRITIC = ("fasync has no critic: its advantages (grpo, rloo, the REINFORCE variants) need no value model, so "
+             "the critic's settings have no equivalent.")
 NESTED = ("a section of {source}'s nested layout; fasync has flat sections (model, data, reward, rollout, "
           "train, async, correction, resources, logging, checkpoint, lint): each key that has a fasync equivalent "
           "maps on its own (docs/migrate.md lists them).")
-EPOCHS = ("PPO epochs train every sample again; fasync trains each sample once (several steps split a rollout "
-          "into distinct batches): no equivalent, fasync behaves as 1.")
+ALGORITHM_SETTINGS = ("train.advantage_estimator", "train.normalize_advantage_std", "train.loss_aggregation",
+                      "train.importance_ratio", "train.ppo_epochs", "train.lr_warmup_steps", "train.lr_schedule",
+                      "rollout.top_k", "reward.overlong_buffer", "reward.overlong_penalty", "model.lora")
+"""The settings of docs/algorithms.md, which each expresser writes or names as missing."""
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 """The experiment trackers fasync logs to besides metrics.jsonl."""
 
@@ -193,6 +195,16 @@ class Expressed:
             self.missing.append(f"async.update_weights_interval {interval}: {self.framework.display} syncs the "
                                 "weights after every training step")
 
+    def note_algorithm(self, cfg, expressed: Collection[str] = ()) -> None:
+        """Names each algorithm setting away from fasync's default that the framework's expresser does not write
+        (`expressed`: the fasync keys it does write, choices included: they name their own gaps)."""
+        for key in ALGORITHM_SETTINGS:
+            section, name = key.split(".")
+            default = type(getattr(cfg, section)).model_fields[name].default
+            if key not in expressed and setting(cfg, key) != default:
+                self.missing.append(f"{key} {show_value(setting(cfg, key))}: {self.framework.display} has no "
+                                    "equivalent")
+
     def put_streaming_bound(self, cfg, key: str) -> None:
         """Frameworks that always stream (AReaL, prime-rl): the bound is a number, 0 their closest to sync."""
         name, bound = self.framework.display, cfg.async_.max_weight_staleness
@@ -201,6 +213,76 @@ class Expressed:
         elif bound is None:
             self.missing.append(f"no staleness bound: {name}'s {key} is always a number")
         self.put(key, bound if bound is not None else 0, "async.max_weight_staleness")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A framework key whose values each stand for some fasync settings (verl's `adv_estimator: rloo` is
+    `train.advantage_estimator: rloo`; OpenRLHF's `dr_grpo` is grpo without the std), read and written both ways."""
+
+    key: str
+    """As the key table spells it."""
+    values: dict[Any, dict[str, Any]]
+    """The framework's value → the fasync settings (dotted key → value) it stands for; when expressing, the first
+    value whose settings the config holds is written."""
+
+    def import_into(self, source: Source, out: Imported) -> bool:
+        """Sets the settings the source's value stands for; False when the source does not set the key or sets a
+        value without an equivalent (the table's note then says why)."""
+        settings = self.values.get(source.get(self.key)) if self.key in source.values else None
+        for target, value in (settings or {}).items():
+            out.set(target, value, source.cite(self.key))
+        return settings is not None
+
+    def express(self, cfg, out: Expressed, written: str) -> None:
+        """Writes the framework's value for `cfg`'s settings as `written` (the key as the framework's command
+        line spells it), or says that the framework has none."""
+        for value, settings in self.values.items():
+            if all(setting(cfg, key) == wanted for key, wanted in settings.items()):
+                out.put(written, value, ", ".join(f"{key} {show_value(wanted)}" for key, wanted in settings.items()))
+                return
+        targets = dict.fromkeys(key for settings in self.values.values() for key in settings)
+        out.missing.append(", ".join(f"{key} {show_value(setting(cfg, key))}" for key in targets)
+                           + f": {out.framework.display}'s {written} has no equivalent")
+
+
+def import_choices(choices: Sequence[Choice], source: Source, out: Imported) -> set[str]:
+    """Each choice the source sets with a value that has an equivalent; returns their keys."""
+    return {choice.key for choice in choices if choice.import_into(source, out)}
+
+
+def import_lora(source: Source, out: Imported, rank: str, alpha: str, targets: str) -> set[str]:
+    """`model.lora` from a framework's rank (0: no adapters), alpha and target modules (`all-linear`: every linear
+    layer but the head, fasync's null) keys; returns the keys read."""
+    if source.get(rank, 0) > 0:
+        modules = source.get(targets, "all-linear")
+        modules = None if modules == "all-linear" else [modules] if isinstance(modules, str) else list(modules)
+        out.set("model.lora", {"rank": source.get(rank), "alpha": source.get(alpha, 16),
+                               **({"target_modules": modules} if modules else {})},
+                f"{source.cite(rank)}, {source.cite(alpha, 16)}, {source.cite(targets, 'all-linear')}")
+    return {rank, alpha, targets}
+
+
+def express_lora(cfg, out: Expressed, rank: str, alpha: str, targets: str) -> None:
+    """`model.lora` as a framework's rank, alpha and target modules keys."""
+    lora = cfg.model.lora
+    if lora is None:
+        return
+    out.put(rank, lora.rank, "model.lora.rank")
+    out.put(alpha, lora.alpha, "model.lora.alpha")
+    modules = lora.target_modules or ["all-linear"]
+    if len(modules) > 1 and not out.framework.hydra:
+        # A flag's several values are separate words, which a written value (one word) cannot be.
+        out.missing.append(f"model.lora.target_modules {show_value(modules)}: write them after {targets} by hand")
+        return
+    out.put(targets, modules if out.framework.hydra and len(modules) > 1 else modules[0],
+            "model.lora.target_modules")
+
+
+def setting(cfg, key: str) -> Any:
+    """A config's value at a dotted key (`async.max_weight_staleness`)."""
+    section, name = key.split(".")
+    return getattr(getattr(cfg, "async_" if section == "async" else section), name)
 
 
 def geometry(cfg, derived) -> tuple[int, int, int, int, Any, int]:

@@ -5,18 +5,35 @@ from __future__ import annotations
 from fasync.frameworks.common import (
     ADAPT,
     CONVERTED,
-    EPOCHS,
     NO_CRITIC,
     NONE,
     SAME,
+    Choice,
     Expressed,
     Framework,
     Imported,
     ImportFailure,
     Source,
+    express_lora,
     geometry,
+    import_choices,
+    import_lora,
     module_function,
 )
+
+ESTIMATORS = ("group_norm is grpo, dr_grpo grpo without the std (train.normalize_advantage_std: false), rloo is rloo, "
+              "reinforce is reinforce_plus_plus and reinforce_baseline reinforce_plus_plus_baseline (not fasync's "
+              "reinforce_baseline, the batch mean); gae needs a critic.")
+ADVANTAGE_ESTIMATOR = {
+    "group_norm": {"train.advantage_estimator": "grpo", "train.normalize_advantage_std": True},
+    "dr_grpo": {"train.advantage_estimator": "grpo", "train.normalize_advantage_std": False},
+    "rloo": {"train.advantage_estimator": "rloo"},
+    "reinforce": {"train.advantage_estimator": "reinforce_plus_plus"},
+    "reinforce_baseline": {"train.advantage_estimator": "reinforce_plus_plus_baseline"},
+}
+"""OpenRLHF's estimators as fasync settings, under either spelling of the key."""
+LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules")
+CHOICES = [Choice("algo.advantage.estimator", ADVANTAGE_ESTIMATOR), Choice("advantage_estimator", ADVANTAGE_ESTIMATOR)]
 
 REMOTE_REWARD = ("an http(s) URL is reward.url (OpenRLHF posts {query, prompts, labels} lists, fasync {\"items\": "
                  "[...]}: the server needs fasync's route, docs/training.md#a-remote-reward); a .py file's "
@@ -34,8 +51,8 @@ ROWS = [
      "samples per optimizer step, not prompts: train.global_batch_size, not rollout.batch_size."),
     ("train.micro_batch_size", "train.micro_batch_size", SAME, "samples per GPU per pass."),
     ("micro_train_batch_size", "train.micro_batch_size", SAME, "samples per GPU per pass."),
-    ("train.max_epochs", (), NONE, EPOCHS),
-    ("max_epochs", (), NONE, EPOCHS),
+    ("train.max_epochs", "train.ppo_epochs", SAME, "passes over each rollout batch, as train.ppo_epochs."),
+    ("max_epochs", "train.ppo_epochs", SAME, "passes over each rollout batch, as train.ppo_epochs."),
     ("train.num_episodes", (), NONE, "passes over the prompts; fasync counts rollouts (train.num_rollouts)."),
     ("num_episodes", (), NONE, "passes over the prompts; fasync counts rollouts (train.num_rollouts)."),
     ("train.async_enable", "mode", CONVERTED, "OpenRLHF's async training overlaps whole rollouts: `mode: async`."),
@@ -57,10 +74,8 @@ ROWS = [
     ("actor.eps_clip_low_high", ("train.clip_eps_low", "train.clip_eps_high"), CONVERTED, "two values: low, high."),
     ("algo.kl.init_coef", "train.kl_coef", SAME, "as a loss term (use_kl_loss); in the reward it has no equivalent."),
     ("init_kl_coef", "train.kl_coef", SAME, "as a loss term (use_kl_loss); in the reward it has no equivalent."),
-    ("algo.advantage.estimator", "train.advantage_estimator", CONVERTED,
-     "group_norm is grpo; gae needs a critic; rloo and reinforce_baseline variants differ from fasync's batch mean."),
-    ("advantage_estimator", "train.advantage_estimator", CONVERTED,
-     "group_norm is grpo; gae needs a critic; rloo and reinforce_baseline variants differ from fasync's batch mean."),
+    ("algo.advantage.estimator", ("train.advantage_estimator", "train.normalize_advantage_std"), CONVERTED, ESTIMATORS),
+    ("advantage_estimator", ("train.advantage_estimator", "train.normalize_advantage_std"), CONVERTED, ESTIMATORS),
     ("actor.adam.lr", "train.lr", SAME),
     ("actor_learning_rate", "train.lr", SAME),
     ("ckpt.save_steps", "checkpoint.every", CONVERTED, "OpenRLHF counts global steps (rollouts), fasync optimizer "
@@ -93,6 +108,10 @@ ROWS = [
     ("prompt_data", "data.path", SAME, "a JSONL file of prompt/label objects in fasync (a hub dataset name is not)."),
     ("input_key", "data.prompt_key", SAME),
     ("label_key", "data.label_key", SAME),
+    ("lora_rank", "model.lora", CONVERTED, "the adapters' rank; 0 (OpenRLHF's default) is none."),
+    ("lora_alpha", "model.lora", CONVERTED, "model.lora.alpha, with lora_rank."),
+    ("target_modules", "model.lora", CONVERTED, "model.lora.target_modules; all-linear is null."),
+    ("lora_dropout", (), NONE, "fasync's adapters have no dropout: the trainer runs the policy in eval mode."),
     ("remote_rm_url", ("reward.url", "reward.function"), CONVERTED,
      REMOTE_REWARD),
     ("reward.remote_url", ("reward.url", "reward.function"), CONVERTED,
@@ -108,6 +127,7 @@ def import_into(source: Source, out: Imported) -> set[str]:
     """train_ppo_ray.py's defaults (advantage_estimator gae, a critic: refused; n_samples_per_prompt 1,
     eps_clip 0.2); vLLM engines always; --async_train gives vLLM its own GPUs even with --colocate_all_models."""
     _refuse_unsupported(source)
+    converted = import_choices(CHOICES, source, out) | import_lora(source, out, *LORA_KEYS)
     partial = source.get("train.partial_rollout_enable") or source.get("partial_rollout_enable")
     asynchronous = source.get("train.async_enable") or source.get("async_train")
     if partial:
@@ -127,12 +147,6 @@ def import_into(source: Source, out: Imported) -> set[str]:
         else:
             queue, why = 1, "async_queue_size 1 (the OpenRLHF default)"
         out.set("async.max_weight_staleness", queue, f"{why}: rollouts queued ahead of the trainer")
-    estimator = source.get("advantage_estimator", source.get("algo.advantage.estimator"))
-    if estimator == "group_norm":
-        out.set("train.advantage_estimator", "grpo", f"{source.cite('advantage_estimator')}: GRPO's group norm")
-    elif estimator == "reinforce_baseline":
-        out.set("train.advantage_estimator", "grpo", f"{source.cite('advantage_estimator')}: OpenRLHF subtracts "
-                "the group mean, then normalises over the batch; the nearest in fasync is grpo")
     out.set("rollout.n_samples_per_prompt", source.get("n_samples_per_prompt", source.get(
         "rollout.n_samples_per_prompt", 1)), source.cite("n_samples_per_prompt", 1))
     _clip(source, out)
@@ -151,13 +165,14 @@ def import_into(source: Source, out: Imported) -> set[str]:
         trackers["tensorboard"] = source.cite("use_tensorboard")
     out.set_trackers(trackers)
     _reward(source, out)
-    return {"remote_rm_url", "reward.remote_url", "actor.num_nodes", "actor.num_gpus_per_node",
-            "algo.advantage.is_correction_enable", "algo.advantage.is_correction_threshold", "train.partial_rollout_enable", "partial_rollout_enable", "train.async_enable", "async_train",
-            "train.async_queue_size", "async_queue_size", "use_wandb", "use_tensorboard", "advantage_estimator",
-            "n_samples_per_prompt", "eps_clip_low_high", "actor.eps_clip_low_high", "use_kl_loss", "init_kl_coef",
-            "dynamic_filtering", "enable_vllm_is_correction", "vllm_enable_is_correction",
-            "vllm_is_truncated_threshold", "vllm_is_correction_type", "use_icepop", "actor_num_nodes",
-            "actor_num_gpus_per_node", "vllm_num_engines", "vllm_tensor_parallel_size", "colocate_all_models"}
+    return converted | {
+        "train.partial_rollout_enable", "partial_rollout_enable", "train.async_enable", "async_train",
+        "train.async_queue_size", "async_queue_size", "use_wandb", "use_tensorboard", "n_samples_per_prompt",
+        "eps_clip_low_high", "actor.eps_clip_low_high", "use_kl_loss", "init_kl_coef", "dynamic_filtering",
+        "enable_vllm_is_correction", "vllm_enable_is_correction", "vllm_is_truncated_threshold",
+        "vllm_is_correction_type", "use_icepop", "actor_num_nodes", "actor_num_gpus_per_node", "vllm_num_engines",
+        "vllm_tensor_parallel_size", "colocate_all_models", "remote_rm_url", "reward.remote_url", "actor.num_nodes",
+        "actor.num_gpus_per_node", "algo.advantage.is_correction_enable", "algo.advantage.is_correction_threshold"}
 
 
 def _refuse_unsupported(source: Source) -> None:
@@ -165,7 +180,7 @@ def _refuse_unsupported(source: Source) -> None:
     reasons = []
     if estimator == "gae" or any(key.startswith("critic_num") for key in source.values):
         reasons.append(f"PPO with a critic ({source.cite('advantage_estimator', 'gae')}); fasync has no value model")
-    elif estimator not in ("group_norm", "reinforce_baseline"):
+    elif estimator not in ADVANTAGE_ESTIMATOR:
         reasons.append(f"{source.cite('advantage_estimator')} advantages")
     if source.get("reward_pretrain"):
         reasons.append(f"a learned reward model ({source.cite('reward_pretrain')}); fasync rewards are functions "
@@ -255,13 +270,14 @@ def express(cfg, derived) -> Expressed:
     out.put("rollout.batch_size", prompts, "rollout.batch_size")
     out.put("rollout.n_samples_per_prompt", n, "rollout.n_samples_per_prompt")
     out.put("train.batch_size", per_step, "samples per optimizer step")
-    if cfg.train.advantage_estimator == "grpo":
-        out.put("algo.advantage.estimator", "group_norm", "train.advantage_estimator grpo")
-    else:
-        out.missing.append(f"train.advantage_estimator {cfg.train.advantage_estimator}: OpenRLHF's baselines "
-                           "differ (its default, gae, needs a critic)")
     out.note_trimmed_samples(derived)
     out.note_sync_every_step(interval)
+    CHOICES[0].express(cfg, out, "algo.advantage.estimator")
+    if cfg.train.ppo_epochs != 1:
+        out.put("train.max_epochs", cfg.train.ppo_epochs, "train.ppo_epochs")
+    express_lora(cfg, out, *LORA_KEYS)
+    out.note_algorithm(cfg, ("train.advantage_estimator", "train.normalize_advantage_std", "train.ppo_epochs",
+                             "model.lora"))
     if cfg.mode == "sync":
         return out
     if cfg.mode == "fully_async":
@@ -291,8 +307,8 @@ FRAMEWORK = Framework("openrlhf", "OpenRLHF", ROWS, import_into, express,
                              "the script's `OPENRLHF_ASYNC_QUEUE_SIZE`, default 1); partial rollout is `fully_async` "
                              "with `async.partial_rollout`; otherwise `sync`."),
                       defaults=("`advantage_estimator` defaults to gae (a critic) and `--reward_pretrain` is a learned "
-                                "reward model: both refused as not supported; group_norm and reinforce_baseline are "
-                                "read as grpo; `n_samples_per_prompt` 1; vLLM engines; `--colocate_all_models` "
+                                "reward model: both refused as not supported; the other estimators are read as the "
+                                "key table says; `n_samples_per_prompt` 1; vLLM engines; `--colocate_all_models` "
                                 "shares the GPUs only without `--async_train`; `--enable_vllm_is_correction` "
                                 "truncates at [0.5, 5.0] (the older `--vllm_enable_is_correction` at 2), ICEPOP "
                                 "rejects outside it."))

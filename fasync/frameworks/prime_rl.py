@@ -140,6 +140,7 @@ def express(cfg, derived) -> Expressed:
     out.put("orchestrator.group_size", n, "rollout.n_samples_per_prompt")
     out.put_streaming_bound(cfg, "orchestrator.max_off_policy_steps")
     out.note_sync_every_step(interval)
+    out.note_algorithm(cfg)
     return out
 
 

@@ -7,12 +7,14 @@ from fasync.frameworks.common import (
     CONVERTED,
     NONE,
     SAME,
+    Choice,
     Expressed,
     Framework,
     Imported,
     ImportFailure,
     Source,
     geometry,
+    import_choices,
 )
 
 ROWS = [
@@ -37,8 +39,13 @@ ROWS = [
     ("kl_loss_coef", "train.kl_coef", CONVERTED, "counts only with use_kl_loss."),
     ("kl_coef", (), NONE, "slime's kl_coef folds a KL penalty into the reward: no fasync equivalent."),
     ("entropy_coef", "train.entropy_coef", SAME),
-    ("advantage_estimator", "train.advantage_estimator", CONVERTED,
-     "grpo is grpo; reinforce_plus_plus and gspo have no equivalent."),
+    ("advantage_estimator", ("train.advantage_estimator", "train.importance_ratio"), CONVERTED,
+     "grpo, reinforce_plus_plus and reinforce_plus_plus_baseline are the same estimators; gspo is grpo with "
+     "GSPO's sequence ratio (train.importance_ratio: sequence); ppo needs a critic."),
+    ("lr_warmup_iters", "train.lr_warmup_steps", SAME, "Megatron's iterations are optimizer steps."),
+    ("lr_decay_style", "train.lr_schedule", CONVERTED,
+     "constant, linear and cosine are the same shapes (Megatron decays to min_lr over lr_decay_iters, fasync to 0 "
+     "at the end of the run); inverse-square-root and WSD have no equivalent."),
     ("normalize_advantages", "train.normalize_advantage_std", SAME),
     ("use_tis", "correction.level", CONVERTED,
      "truncated importance sampling is `correction.level: token` with the cap in correction.weight_upper."),
@@ -103,10 +110,22 @@ DEFAULTS = ("`--n-samples-per-prompt` 1, `--eps-clip` 0.2 with `--eps-clip-high`
             "fasync's tensor-parallel engine (with `--hf-checkpoint` as `model.path`).")
 
 
+ESTIMATOR = Choice("advantage_estimator", {
+    "gspo": {"train.advantage_estimator": "grpo", "train.importance_ratio": "sequence"},
+    **{name: {"train.advantage_estimator": name, "train.importance_ratio": "token"}
+       for name in ("grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")}})
+CHOICES = [
+    ESTIMATOR,
+    Choice("lr_decay_style", {name: {"train.lr_schedule": name} for name in ("constant", "linear", "cosine")}),
+]
+"""slime's (and miles's) flags whose values name an algorithm."""
+
+
 def import_into(source: Source, out: Imported) -> set[str]:
     """slime's, and miles's, which adds `--fully-async`. The mode comes from the program and the rollout
     function: a fully-async rollout function (slime's examples/fully_async, miles' FullyAsyncRolloutFn) or
     `--fully-async` streams; train_async.py runs one rollout ahead; train.py alternates."""
+    converted = import_choices(CHOICES, source, out)
     rollout_function = str(source.get("rollout_function_path", ""))
     miles = source.framework.id == "miles"
     if source.get("fully_async") or "fully_async" in rollout_function or "FullyAsync" in rollout_function:
@@ -135,11 +154,11 @@ def import_into(source: Source, out: Imported) -> set[str]:
             out.set("async.max_weight_staleness", 1, f"{source.script}: one rollout ahead")
     else:
         out.set("mode", "sync", f"{source.script or 'train.py'} trains each rollout before the next")
-    estimator = source.get("advantage_estimator", "grpo")
-    if estimator != "grpo":
-        raise ImportFailure(f"not supported: {source.cite('advantage_estimator')} advantages (fasync's are grpo and "
-                            "reinforce_baseline)")
-    out.set("train.advantage_estimator", "grpo", source.cite("advantage_estimator", "grpo"))
+    if source.get("advantage_estimator", "grpo") not in ESTIMATOR.values:
+        raise ImportFailure(f"not supported: {source.cite('advantage_estimator')} advantages (fasync has "
+                            f"{source.framework.display}'s {', '.join(ESTIMATOR.values)})")
+    if "advantage_estimator" not in source.values:
+        out.set("train.advantage_estimator", "grpo", source.cite("advantage_estimator", "grpo"))
     if source.get("use_kl_loss"):
         out.set("train.kl_coef", source.get("kl_loss_coef", 0.0), f"use_kl_loss with {source.cite('kl_loss_coef', 0.0)}")
     _correction(source, out)
@@ -156,12 +175,12 @@ def import_into(source: Source, out: Imported) -> set[str]:
         out.need("rollout.function", f"{source.cite('rollout_function_path')} builds a whole rollout from the data "
                  "buffer; its per-sample generation is a rollout.function, async def f(task, engine) "
                  "(docs/agentic.md#custom-rollout-functions)")
-    return {"fully_async", "use_kl_loss", "kl_loss_coef", "use_tis", "use_wandb", "rollout_function_path",
-            "pause_generation_mode", "dynamic_sampling_filter_path", "calculate_per_token_loss", "tis_level",
-            "tis_upper_bound", "tis_lower_bound", "use_rs", "rs_level", "tis_batch_normalize", "use_rollout_logprobs",
-            "actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus", "rollout_num_gpus_per_engine",
-            "colocate", "async_unused_samples_handler", "advantage_estimator", "rm_type", "rm_url",
-            "async_data_buffer_capacity_factor"}
+    return converted | {
+        "fully_async", "use_kl_loss", "kl_loss_coef", "use_tis", "use_wandb", "rollout_function_path",
+        "pause_generation_mode", "dynamic_sampling_filter_path", "calculate_per_token_loss", "tis_level",
+        "tis_upper_bound", "tis_lower_bound", "use_rs", "rs_level", "tis_batch_normalize", "use_rollout_logprobs",
+        "actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus", "rollout_num_gpus_per_engine", "colocate",
+        "async_unused_samples_handler", "rm_type", "rm_url", "async_data_buffer_capacity_factor"}
 
 
 DEFAULT_ROLLOUT = "sglang_rollout.generate_rollout"
@@ -267,6 +286,12 @@ def express_flags(framework: Framework, cfg, derived) -> Expressed:
     out.put("num-steps-per-rollout", steps, "optimizer steps per rollout")
     out.put("num-rollout", cfg.train.num_rollouts, "train.num_rollouts")
     out.put("update-weights-interval", interval, "async.update_weights_interval")
+    for choice, flag in zip(CHOICES, ("advantage-estimator", "lr-decay-style")):
+        choice.express(cfg, out, flag)
+    if cfg.train.lr_warmup_steps:
+        out.put("lr-warmup-iters", cfg.train.lr_warmup_steps, "train.lr_warmup_steps")
+    out.note_algorithm(cfg, ("train.advantage_estimator", "train.importance_ratio", "train.lr_warmup_steps",
+                             "train.lr_schedule"))
     out.note_trimmed_samples(derived)
     if cfg.mode == "async" and bound != 1:
         out.missing.append(f"async.max_weight_staleness {bound}: {framework.display}'s train_async.py runs "

@@ -8,12 +8,14 @@ from fasync.frameworks.common import (
     NONE,
     SAME,
     TRACKERS,
+    Choice,
     Expressed,
     Framework,
     Imported,
     ImportFailure,
     Source,
     geometry,
+    import_choices,
 )
 
 ROWS = [
@@ -28,7 +30,15 @@ ROWS = [
      "optimizer steps: several steps per generation when it exceeds gradient_accumulation_steps."),
     ("generation_batch_size", ("rollout.batch_size", "train.num_steps_per_rollout"), CONVERTED,
      "samples per generation: rollout.batch_size = generation_batch_size / num_generations."),
-    ("num_iterations", (), NONE, "TRL's μ reuses each batch; fasync trains each sample once."),
+    ("num_iterations", "train.ppo_epochs", SAME, "TRL's μ: passes over each generation batch."),
+    ("importance_sampling_level", "train.importance_ratio", CONVERTED,
+     "token is the token ratio, sequence GSPO's sequence ratio (train.importance_ratio: sequence)."),
+    ("top_k", "rollout.top_k", CONVERTED, "null and 0 (no cut) are null."),
+    ("warmup_steps", "train.lr_warmup_steps", SAME, "optimizer steps in both."),
+    ("warmup_ratio", "train.lr_warmup_steps", CONVERTED, "a fraction of max_steps, in optimizer steps."),
+    ("lr_scheduler_type", "train.lr_schedule", CONVERTED,
+     "constant, linear and cosine are the same (TRL's default is linear, fasync's constant); the others have no "
+     "equivalent."),
     ("beta", "train.kl_coef", SAME),
     ("epsilon", ("train.clip_eps_low", "train.clip_eps_high"), SAME),
     ("epsilon_high", "train.clip_eps_high", SAME),
@@ -39,7 +49,8 @@ ROWS = [
     ("temperature", "rollout.temperature", SAME),
     ("top_p", "rollout.top_p", SAME),
     ("loss_type", "train.loss_aggregation", CONVERTED,
-     "grpo averages per sequence (sequence_mean); dapo and bnpo per token (token_mean); dr_grpo has no equivalent."),
+     "grpo averages per sequence (sequence_mean); dapo and bnpo per token (token_mean); dr_grpo divides each "
+     "sequence's sum by max_completion_length (seq_mean_token_sum_norm)."),
     ("scale_rewards", "train.normalize_advantage_std", CONVERTED, "group (or true) is true, none (or false) false; "
      "batch has no equivalent."),
     ("vllm_importance_sampling_correction", "correction.level", CONVERTED,
@@ -62,8 +73,6 @@ ROWS = [
     ("max_inflight_tasks", "async.max_concurrent_samples", SAME, "generation requests in flight, one sample each."),
     ("model", "model.path", SAME, "the model the trainer loads; fasync loads local directories only."),
     ("model_name_or_path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
-    ("warmup_steps", (), NONE, "learning-rate warmup: not supported yet."),
-    ("warmup_ratio", (), NONE, "learning-rate warmup: not supported yet."),
     ("use_peft", (), NONE, "LoRA: not supported yet."),
     ("max_tool_calling_iterations", "rollout.max_turns", CONVERTED,
      "tool-calling turns; fasync counts model turns, the one after the last tool call too: this + 1."),
@@ -77,6 +86,21 @@ ROWS = [
      "reward.function, batched, naming `completion` and `label` (or `record` for other columns); a reward model's "
      "id is refused as not supported."),
 ]
+
+
+CHOICES = [
+    Choice("loss_type", {"grpo": {"train.loss_aggregation": "sequence_mean"},
+                         "dapo": {"train.loss_aggregation": "token_mean"},
+                         "bnpo": {"train.loss_aggregation": "token_mean"},
+                         "dr_grpo": {"train.loss_aggregation": "seq_mean_token_sum_norm"}}),
+    Choice("importance_sampling_level", {level: {"train.importance_ratio": level} for level in ("token", "sequence")}),
+    Choice("lr_scheduler_type", {name: {"train.lr_schedule": name} for name in ("constant", "linear", "cosine")}),
+    Choice("scale_rewards", {"group": {"train.normalize_advantage_std": True},
+                             "none": {"train.normalize_advantage_std": False},
+                             True: {"train.normalize_advantage_std": True},
+                             False: {"train.normalize_advantage_std": False}}),
+]
+"""TRL's settings whose values name an algorithm."""
 
 
 ASYNC_CONFIG = "AsyncGRPOConfig"
@@ -101,9 +125,13 @@ def import_into(source: Source, out: Imported) -> set[str]:
     def cite(key: str) -> str:
         return source.cite(key, defaults.get(key))
 
-    if source.get("importance_sampling_level") == "sequence":
-        raise ImportFailure(f"not supported: GSPO ({source.cite('importance_sampling_level')} clips a "
-                            "sequence-level ratio; fasync clips token ratios)")
+    converted = import_choices(CHOICES, source, out)
+    if source.get("top_k"):
+        out.set("rollout.top_k", source.get("top_k"), source.cite("top_k"))
+    if "warmup_ratio" in source.values and "warmup_steps" not in source.values and "max_steps" in source.values:
+        warmup = int(source.get("warmup_ratio") * source.get("max_steps"))
+        out.set("train.lr_warmup_steps", warmup, f"{source.cite('warmup_ratio')} × {source.cite('max_steps')}")
+        converted.add("warmup_ratio")
     per_device, generations = value("per_device_train_batch_size"), value("num_generations")
     accumulation = source.get("gradient_accumulation_steps", 1)
     processes = int(source.variables.get("NUM_PROCESSES", source.get("num_processes", 1)))
@@ -142,11 +170,12 @@ def import_into(source: Source, out: Imported) -> set[str]:
         wanted = source.get("report_to")
         wanted = TRACKERS if wanted == "all" else [wanted] if isinstance(wanted, str) else wanted or []
         out.set_trackers({name: source.cite("report_to") for name in wanted if name in TRACKERS})
-    return {"gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "num_processes",
-            "weight_sync_steps", "report_to", "max_steps", "learning_rate", "max_completion_length", "num_generations",
-            "per_device_train_batch_size", "max_staleness", "queue_maxsize", "max_inflight_tasks", "use_vllm",
-            "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_cap",
-            "reward_funcs", "max_tool_calling_iterations"}
+    return converted | {
+        "top_k", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "num_processes",
+        "weight_sync_steps", "report_to", "max_steps", "learning_rate", "max_completion_length", "num_generations",
+        "per_device_train_batch_size", "max_staleness", "queue_maxsize", "max_inflight_tasks", "use_vllm",
+        "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_cap",
+        "reward_funcs", "max_tool_calling_iterations"}
 
 
 TRL_REWARDS = {"accuracy_reward": ("math_verify", "trl.rewards' accuracy_reward verifies the completion against "
@@ -223,6 +252,16 @@ def express(cfg, derived) -> Expressed:
     out.put("per_device_train_batch_size", micro, "train.micro_batch_size")
     out.put("gradient_accumulation_steps", accumulation, f"{per_step} samples per step / {micro}")
     out.put("num_generations", n, "rollout.n_samples_per_prompt")
+    for choice in CHOICES:
+        choice.express(cfg, out, choice.key)
+    train = cfg.train
+    for key, value, default, why in (("num_iterations", train.ppo_epochs, 1, "train.ppo_epochs"),
+                                     ("warmup_steps", train.lr_warmup_steps, 0, "train.lr_warmup_steps"),
+                                     ("top_k", cfg.rollout.top_k, None, "rollout.top_k")):
+        if value != default:
+            out.put(key, value, why)
+    out.note_algorithm(cfg, ("train.normalize_advantage_std", "train.loss_aggregation", "train.importance_ratio",
+                             "train.lr_schedule", "train.ppo_epochs", "train.lr_warmup_steps", "rollout.top_k"))
     out.note_trimmed_samples(derived)
     if cfg.mode == "sync":
         out.put("steps_per_generation", steps * accumulation, f"{steps} optimizer steps × {accumulation} micro-steps "
@@ -257,5 +296,4 @@ FRAMEWORK = Framework("trl", "TRL", ROWS, import_into, express,
                                 "samples per device; AsyncGRPOConfig: `max_completion_length` 2048, `max_staleness` "
                                 "4, `weight_sync_steps` 1, `queue_maxsize` 1024 samples, `max_inflight_tasks` "
                                 "max_staleness × samples per step. Processes come from `--env NUM_PROCESSES=N` "
-                                "(default 1). GSPO (`importance_sampling_level: sequence`) and a step smaller than a "
-                                "group are refused as not supported."))
+                                "(default 1). A step smaller than a group is refused as not supported."))

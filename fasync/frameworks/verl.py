@@ -8,19 +8,23 @@ import yaml
 
 from fasync.frameworks.common import (
     ADAPT,
+    ALGORITHM_SETTINGS,
     CONVERTED,
-    EPOCHS,
     NESTED,
     NO_CRITIC,
     NONE,
     SAME,
     TRACKERS,
+    Choice,
     Expressed,
     Framework,
     Imported,
     ImportFailure,
     Source,
+    express_lora,
     geometry,
+    import_choices,
+    import_lora,
     module_function,
 )
 
@@ -47,6 +51,10 @@ ROWS = [
     ("actor_rollout_ref.rollout.tensor_model_parallel_size", "resources.gpus_per_engine", SAME),
     ("actor_rollout_ref.rollout.name", "rollout.engine", CONVERTED, "vllm is `rollout.engine: vllm`; sglang has no equivalent."),
     ("actor_rollout_ref.model.path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
+    ("actor_rollout_ref.model.lora_rank", "model.lora", CONVERTED, "the adapters' rank; 0 (verl's default) is none."),
+    ("actor_rollout_ref.model.lora_alpha", "model.lora", CONVERTED, "model.lora.alpha, with lora_rank."),
+    ("actor_rollout_ref.model.target_modules", "model.lora", CONVERTED,
+     "model.lora.target_modules; all-linear is null (every linear layer but the head)."),
     ("actor_rollout_ref.actor.ppo_mini_batch_size", "train.global_batch_size", CONVERTED,
      "verl counts prompts and multiplies by rollout.n; fasync counts samples: train.global_batch_size = "
      "ppo_mini_batch_size × rollout.n_samples_per_prompt."),
@@ -54,7 +62,25 @@ ROWS = [
      "samples per forward/backward pass on one rank."),
     ("actor_rollout_ref.actor.ppo_micro_batch_size", "train.micro_batch_size", CONVERTED,
      "verl's un-suffixed value is global across GPUs; fasync's is per rank: divide by resources.trainer_ranks."),
-    ("actor_rollout_ref.actor.ppo_epochs", (), NONE, EPOCHS),
+    ("actor_rollout_ref.actor.ppo_epochs", "train.ppo_epochs", SAME,
+     "passes over each batch, each of ppo_mini_batch_size-prompt optimizer steps, as in fasync."),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode", "train.importance_ratio", CONVERTED,
+     "vanilla is the token ratio, gspo the sequence ratio (train.importance_ratio: sequence); the others have no "
+     "equivalent."),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps", "train.lr_warmup_steps", CONVERTED,
+     "verl steps its scheduler once per training step (rollout), fasync once per optimizer step: × the optimizer "
+     "steps per rollout; −1 defers to lr_warmup_steps_ratio."),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", "train.lr_warmup_steps", CONVERTED,
+     "a fraction of trainer.total_training_steps, × the optimizer steps per rollout."),
+    ("actor_rollout_ref.actor.optim.lr_scheduler_type", "train.lr_schedule", CONVERTED,
+     "constant and cosine are the same; verl's cosine decays to min_lr_ratio (default 0), fasync's to 0."),
+    ("actor_rollout_ref.actor.optim.warmup_style", "train.lr_schedule", CONVERTED,
+     "the older name of lr_scheduler_type: constant and cosine."),
+    ("actor_rollout_ref.rollout.top_k", "rollout.top_k", CONVERTED, "−1 (verl's off) is null."),
+    ("reward_model.overlong_buffer.enable", "reward.overlong_buffer", CONVERTED,
+     "DAPO's overlong shaping (verl's dapo reward manager): on, reward.overlong_buffer is its len."),
+    ("reward_model.overlong_buffer.len", "reward.overlong_buffer", CONVERTED, "counts only with enable."),
+    ("reward_model.overlong_buffer.penalty_factor", "reward.overlong_penalty", CONVERTED, "counts only with enable."),
     ("actor_rollout_ref.actor.use_kl_loss", "train.kl_coef", CONVERTED,
      "fasync adds the KL to a reference model to the loss whenever train.kl_coef > 0: false is kl_coef 0."),
     ("actor_rollout_ref.actor.kl_loss_coef", "train.kl_coef", CONVERTED, "counts only with use_kl_loss."),
@@ -63,7 +89,8 @@ ROWS = [
     ("actor_rollout_ref.actor.clip_ratio_high", "train.clip_eps_high", SAME),
     ("actor_rollout_ref.actor.entropy_coeff", "train.entropy_coef", SAME),
     ("actor_rollout_ref.actor.loss_agg_mode", "train.loss_aggregation", CONVERTED,
-     "token-mean is token_mean, seq-mean-token-mean is sequence_mean; the other modes have no equivalent."),
+     "token-mean is token_mean, seq-mean-token-mean is sequence_mean, seq-mean-token-sum-norm (Dr. GRPO) is "
+     "seq_mean_token_sum_norm; seq-mean-token-sum has no equivalent."),
     ("actor_rollout_ref.actor.optim.lr", "train.lr", SAME),
     ("actor_rollout_ref.actor.optim.weight_decay", "train.weight_decay", SAME),
     ("actor_rollout_ref.actor.grad_clip", "train.grad_clip", SAME),
@@ -73,8 +100,8 @@ ROWS = [
     ("actor_rollout_ref.actor.use_rollout_log_probs", "correction.ratio_anchor", CONVERTED,
      "the PPO ratio against the rollout's logprobs is `ratio_anchor: behaviour`."),
     ("algorithm.adv_estimator", "train.advantage_estimator", CONVERTED,
-     "grpo is grpo; gae needs a critic, and rloo, reinforce_plus_plus and remax have no equivalent "
-     "(reinforce_baseline subtracts the batch mean)."),
+     "grpo, rloo, reinforce_plus_plus and reinforce_plus_plus_baseline are the same estimators; gae needs a critic, "
+     "and remax, opo, gpg and grpo_passk have no equivalent."),
     ("algorithm.norm_adv_by_std_in_grpo", "train.normalize_advantage_std", SAME),
     ("algorithm.use_kl_in_reward", (), NONE, "a KL penalty folded into the reward has no fasync equivalent."),
     ("algorithm.kl_ctrl.*", (), NONE, "a KL penalty folded into the reward has no fasync equivalent."),
@@ -95,11 +122,6 @@ ROWS = [
     ("algorithm.rollout_correction.loss_type", (), NONE,
      "ppo_clip in bypass mode is fasync's behaviour anchor; reinforce (no clip) has no equivalent."),
     ("critic.*", (), NONE, NO_CRITIC),
-    ("actor_rollout_ref.model.lora_rank", (), NONE, "LoRA: not supported yet."),
-    ("actor_rollout_ref.model.lora_alpha", (), NONE, "LoRA: not supported yet."),
-    ("actor_rollout_ref.rollout.top_k", (), NONE, "top-k sampling: not supported yet (-1, no top-k, is fasync's)."),
-    ("actor_rollout_ref.actor.optim.lr_warmup_steps", (), NONE, "learning-rate warmup: not supported yet."),
-    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", (), NONE, "learning-rate warmup: not supported yet."),
     ("actor_rollout_ref.rollout.multi_turn.*", (), NONE, "other multi-turn settings of verl's tool loop have no "
      "fasync equivalent (docs/agentic.md)."),
     ("actor_rollout_ref.*", (), NONE, NESTED.format(source="verl")),
@@ -176,6 +198,26 @@ ROWS = [
 ]
 
 
+LORA_KEYS = ("actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora_alpha",
+             "actor_rollout_ref.model.target_modules")
+ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+"""verl's advantage estimators that are fasync's, under the same names."""
+CHOICES = [
+    Choice("algorithm.adv_estimator", {name: {"train.advantage_estimator": name} for name in ESTIMATORS}),
+    Choice("actor_rollout_ref.actor.loss_agg_mode", {
+        "token-mean": {"train.loss_aggregation": "token_mean"},
+        "seq-mean-token-mean": {"train.loss_aggregation": "sequence_mean"},
+        "seq-mean-token-sum-norm": {"train.loss_aggregation": "seq_mean_token_sum_norm"}}),
+    Choice("actor_rollout_ref.actor.policy_loss.loss_mode", {"vanilla": {"train.importance_ratio": "token"},
+                                                              "gspo": {"train.importance_ratio": "sequence"}}),
+    Choice("actor_rollout_ref.actor.optim.lr_scheduler_type", {name: {"train.lr_schedule": name}
+                                                               for name in ("constant", "cosine")}),
+    Choice("actor_rollout_ref.actor.optim.warmup_style", {name: {"train.lr_schedule": name}
+                                                          for name in ("constant", "cosine")}),
+]
+"""verl's keys whose values name an algorithm."""
+
+
 def import_into(source: Source, out: Imported) -> set[str]:
     """The mode from the entry point (`...fully_async_main`, `...one_step_off_policy.main_ppo`), else from
     `async_training.*`; verl's own defaults where they differ from fasync's."""
@@ -189,6 +231,8 @@ def import_into(source: Source, out: Imported) -> set[str]:
     else:
         out.set("mode", "sync", f"{source.script or 'verl.trainer.main_ppo'}: verl's PPO trainer is synchronous")
     _defaults(source, out, fully_async)
+    converted = import_choices(CHOICES, source, out) | _import_algorithm(source, out, fully_async) | import_lora(
+        source, out, *LORA_KEYS)
     _resources(source, out, separate=fully_async or one_step_off)
     _correction(source, out)
     n = source.get("actor_rollout_ref.rollout.n", 1)
@@ -231,16 +275,15 @@ def import_into(source: Source, out: Imported) -> set[str]:
         loggers = yaml.safe_load(loggers) if isinstance(loggers, str) else loggers
         out.set_trackers({name: source.cite("trainer.logger")
                           for name in ([loggers] if isinstance(loggers, str) else loggers or []) if name in TRACKERS})
-    return {"actor_rollout_ref.actor.ppo_mini_batch_size", "async_training.require_batches",
-            "actor_rollout_ref.rollout.name", "trainer.n_gpus_per_node", "trainer.nnodes", "rollout.n_gpus_per_node",
-            "rollout.nnodes", "actor_rollout_ref.rollout.tensor_model_parallel_size",
-            "actor_rollout_ref.actor.use_rollout_log_probs", "algorithm.adv_estimator",
-            "actor_rollout_ref.actor.loss_agg_mode", *(k for k in source.values if ".rollout_correction." in k),
-            "async_training.staleness_threshold", "rollout.total_rollout_steps", "async_training.use_rollout_log_probs",
-            "async_training.compute_prox_log_prob", "actor_rollout_ref.actor.use_kl_loss",
-            "actor_rollout_ref.actor.kl_loss_coef", "trainer.logger", "custom_reward_function.path",
-            "custom_reward_function.name", "actor_rollout_ref.rollout.multi_turn.format", "data.train_files",
-            "data.filter_overlong_prompts", "actor_rollout_ref.actor.ppo_micro_batch_size"}
+    return converted | {
+        "actor_rollout_ref.actor.ppo_mini_batch_size", "async_training.require_batches", "actor_rollout_ref.rollout.name",
+        "trainer.n_gpus_per_node", "trainer.nnodes", "rollout.n_gpus_per_node", "rollout.nnodes",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.actor.use_rollout_log_probs",
+        *(k for k in source.values if ".rollout_correction." in k), "async_training.staleness_threshold",
+        "rollout.total_rollout_steps", "async_training.use_rollout_log_probs", "async_training.compute_prox_log_prob",
+        "actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef", "trainer.logger",
+        "custom_reward_function.path", "custom_reward_function.name", "actor_rollout_ref.rollout.multi_turn.format",
+        "data.train_files", "data.filter_overlong_prompts", "actor_rollout_ref.actor.ppo_micro_batch_size"}
 
 
 def _data(source: Source, out: Imported) -> None:
@@ -291,22 +334,19 @@ def _reward(source: Source, out: Imported) -> None:
             "PYTHONPATH; verl's compute_score signature is called as it is")
 
 
-_LOSS_AGGREGATION = {"token-mean": "token_mean", "seq-mean-token-mean": "sequence_mean"}
 
 
 def _defaults(source: Source, out: Imported, fully_async: bool) -> None:
-    """verl's values where fasync's defaults differ (actor.yaml, rollout.yaml, ppo_trainer.yaml)."""
+    """verl's values where fasync's defaults differ (actor.yaml, rollout.yaml, ppo_trainer.yaml); the values a
+    source sets are `CHOICES`'."""
     estimator = source.get("algorithm.adv_estimator", "gae")
-    if estimator != "grpo":
+    if estimator not in ESTIMATORS:
         cited = source.cite("algorithm.adv_estimator", "gae")
         raise ImportFailure(f"{cited} is not supported: " + (
             "PPO with a critic (gae); fasync has no value model" if estimator == "gae" else
-            "fasync's advantages are grpo and reinforce_baseline"))
-    out.set("train.advantage_estimator", "grpo", source.cite("algorithm.adv_estimator"))
-    aggregation = source.get("actor_rollout_ref.actor.loss_agg_mode", "token-mean")
-    if aggregation in _LOSS_AGGREGATION:
-        out.set("train.loss_aggregation", _LOSS_AGGREGATION[aggregation],
-                source.cite("actor_rollout_ref.actor.loss_agg_mode", "token-mean"))
+            f"fasync's advantages are {', '.join(ESTIMATORS)} and reinforce_baseline"))
+    if "actor_rollout_ref.actor.loss_agg_mode" not in source.values:
+        out.set("train.loss_aggregation", "token_mean", source.cite("actor_rollout_ref.actor.loss_agg_mode", "token-mean"))
     name = source.get("actor_rollout_ref.rollout.name", "vllm")
     if name == "vllm":
         out.set("rollout.engine", "vllm", source.cite("actor_rollout_ref.rollout.name", "vllm"))
@@ -348,6 +388,72 @@ def _correction(source: Source, out: Imported) -> None:
         out.set(key, interval, f"{source.cite(prefix + 'rollout_rs')}, {source.cite(prefix + 'rollout_rs_threshold')}")
 
 
+def _optimizer_steps_per_rollout(source: Source, fully_async: bool) -> int:
+    """verl's optimizer steps per training step: train_batch_size / ppo_mini_batch_size prompts (the fully-async
+    recipe: require_batches), each ppo_epochs times."""
+    mini = source.get("actor_rollout_ref.actor.ppo_mini_batch_size", 256)
+    if fully_async:
+        steps = source.get("async_training.require_batches", 1)
+    else:
+        steps = max(source.get("data.train_batch_size", 1024) // mini, 1)
+    return steps * source.get("actor_rollout_ref.actor.ppo_epochs", 1)
+
+
+def _import_algorithm(source: Source, out: Imported, fully_async: bool) -> set[str]:
+    """top_k, the warmup in optimizer steps and the overlong buffer; returns the keys converted."""
+    converted = set()
+    top_k = "actor_rollout_ref.rollout.top_k"
+    if top_k in source.values:
+        value = source.get(top_k)
+        out.set("rollout.top_k", value if value > 0 else None, source.cite(top_k))
+        converted.add(top_k)
+    steps = _optimizer_steps_per_rollout(source, fully_async)
+    warmup, ratio = "actor_rollout_ref.actor.optim.lr_warmup_steps", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"
+    if source.get(warmup, -1) >= 0:
+        out.set("train.lr_warmup_steps", source.get(warmup) * steps,
+                f"{source.cite(warmup)} training steps × {steps} optimizer steps each")
+        converted |= {warmup, ratio}
+    elif source.get(ratio, 0) > 0 and "trainer.total_training_steps" in source.values:
+        rollouts = int(source.get(ratio) * source.get("trainer.total_training_steps"))
+        out.set("train.lr_warmup_steps", rollouts * steps, f"{source.cite(ratio)} × "
+                f"{source.cite('trainer.total_training_steps')} = {rollouts} training steps × {steps} optimizer steps")
+        converted |= {warmup, ratio}
+    overlong = "reward_model.overlong_buffer"
+    if source.get(f"{overlong}.enable"):
+        out.set("reward.overlong_buffer", source.get(f"{overlong}.len"), source.cite(f"{overlong}.len"))
+        out.set("reward.overlong_penalty", source.get(f"{overlong}.penalty_factor", 1.0),
+                source.cite(f"{overlong}.penalty_factor", 1.0))
+    if f"{overlong}.enable" in source.values:
+        converted |= {f"{overlong}.{name}" for name in ("enable", "len", "penalty_factor")}
+    return converted
+
+
+def _express_algorithm(cfg, derived, out: Expressed) -> None:
+    for choice in CHOICES[:-1]:  # the last, warmup_style, is lr_scheduler_type's older name: read, never written
+        choice.express(cfg, out, choice.key)
+    train = cfg.train
+    if not train.normalize_advantage_std:
+        out.put("algorithm.norm_adv_by_std_in_grpo", False, "train.normalize_advantage_std")
+    if train.ppo_epochs != 1:
+        out.put("actor_rollout_ref.actor.ppo_epochs", train.ppo_epochs, "train.ppo_epochs")
+    if train.lr_warmup_steps:
+        steps = derived.optimizer_steps_per_rollout
+        if train.lr_warmup_steps % steps:
+            out.missing.append(f"train.lr_warmup_steps {train.lr_warmup_steps}: verl warms up by training steps "
+                               f"of {steps} optimizer steps each")
+        out.put("actor_rollout_ref.actor.optim.lr_warmup_steps", -(-train.lr_warmup_steps // steps),
+                f"train.lr_warmup_steps {train.lr_warmup_steps} / {steps} optimizer steps per training step")
+    if cfg.rollout.top_k is not None:
+        out.put("actor_rollout_ref.rollout.top_k", cfg.rollout.top_k, "rollout.top_k")
+    if cfg.reward.overlong_buffer is not None:
+        out.put("reward_model.reward_manager", "dapo", "verl applies the overlong buffer in its dapo reward manager")
+        out.put("reward_model.overlong_buffer.enable", True, "reward.overlong_buffer")
+        out.put("reward_model.overlong_buffer.len", cfg.reward.overlong_buffer, "reward.overlong_buffer")
+        out.put("reward_model.overlong_buffer.penalty_factor", cfg.reward.overlong_penalty, "reward.overlong_penalty")
+    express_lora(cfg, out, *LORA_KEYS)
+    out.note_algorithm(cfg, ALGORITHM_SETTINGS)
+
+
 def _ratio_anchor(source: Source) -> tuple[str, str]:
     if source.get("async_training.compute_prox_log_prob"):
         return "proximal", f"{source.cite('async_training.compute_prox_log_prob')}: decoupled PPO"
@@ -373,11 +479,7 @@ def express(cfg, derived) -> Expressed:
     out.put("actor_rollout_ref.rollout.n", n, "rollout.n_samples_per_prompt")
     out.put("actor_rollout_ref.actor.ppo_mini_batch_size", mini, f"{per_step} samples per step / {n}")
     out.note_trimmed_samples(derived)
-    if cfg.train.advantage_estimator == "grpo":
-        out.put("algorithm.adv_estimator", "grpo", "train.advantage_estimator")
-    else:
-        out.missing.append(f"train.advantage_estimator {cfg.train.advantage_estimator}: verl's estimators differ "
-                           "(its default, gae, needs a critic)")
+    _express_algorithm(cfg, derived, out)
     if not fully_async:
         out.put("data.train_batch_size", prompts, "rollout.batch_size")
         out.put("trainer.total_training_steps", cfg.train.num_rollouts, "train.num_rollouts")

@@ -171,7 +171,7 @@ class TrainerActor:
         from fasync.weights.buckets import DEFAULT_BUCKET_BYTES
         from fasync.weights.sender import BucketSource, EngineClient, TrainerSender
 
-        source = BucketSource.of_model(self.trainer.model, self.trainer.compute_dtype, DEFAULT_BUCKET_BYTES)
+        source = BucketSource.of_model(self.trainer.engine_weights, self.trainer.compute_dtype, DEFAULT_BUCKET_BYTES)
         address, port = endpoint or (None, None)
         self.sender = TrainerSender(transport, source, EngineClient(engines, rank_offsets), self.rank,
                                     DEFAULT_BUCKET_BYTES, address, port, world_size)

@@ -152,8 +152,10 @@ class ResourcePlan:
         d = self.derived
         lines.append("batching:")
         lines.append(f"  samples per rollout: {d.samples_per_rollout}")
+        every_epoch = d.optimizer_steps_per_rollout
         lines.append(f"  optimizer steps per rollout: {d.num_steps_per_rollout} × "
-                     f"{d.effective_global_batch_size} samples")
+                     f"{d.effective_global_batch_size} samples"
+                     + (f" per epoch, {every_epoch} in all" if every_epoch != d.num_steps_per_rollout else ""))
         lines.append(f"  trimmed per rollout: {d.trimmed_samples_per_rollout}")
         lines.append(f"  micro batches per step per rank: {d.micro_batches_per_step}")
         lines.append(f"  worst policy lag: {d.max_lag.steps_and_versions()}")

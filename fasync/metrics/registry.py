@@ -147,6 +147,8 @@ METRICS: dict[str, Metric] = _metrics(
     # Where the row sits.
     Metric("step", "index", "optimizer step, from 0 (a skipped step counts too)", over="max"),
     Metric("rollout", "index", "rollout (fully_async: drain) the step trained on, from 0", over="max"),
+    Metric("epoch", "index", "the pass over its rollout (drain) this step belongs to, from 0",
+           when="`train.ppo_epochs` above 1", over="max"),
     Metric("weight_version", "versions", "the trainer's weight version for this step", over="last"),
     Metric("wall_time", "s", "seconds since the metrics file was opened, when the row was written", over="max"),
     # The optimizer step (the trainer).
@@ -180,7 +182,7 @@ METRICS: dict[str, Metric] = _metrics(
     Metric("staleness_max", "versions", "largest staleness among the step's samples", over="max"),
     Metric("policy_lag_max", "optimizer steps", "the most optimizer steps between the weights that sampled one of "
            "the step's samples and this step: at most `(max_weight_staleness + 1) × update_weights_interval × "
-           "num_steps_per_rollout − 1` (`Derived.max_lag`)", over="max"),
+           "num_steps_per_rollout × ppo_epochs − 1` (`Derived.max_lag`)", over="max"),
     Metric("version_diversity", "versions", "distinct oldest versions among the rollout's samples",
            scope="rollout", over="max"),
     Metric("partial_ratio", "fraction", "the rollout's samples whose tokens span more than one version",

@@ -34,7 +34,8 @@ def version_stats(samples) -> dict:
 
 
 def trained_samples(records: list[dict]) -> int:
-    return sum(record["num_samples"] for record in records)
+    """Samples a rollout's steps trained on, each once: with `train.ppo_epochs` above 1 only the first pass counts."""
+    return sum(record["num_samples"] for record in records if record.get("epoch", 0) == 0)
 
 
 class StepRecords:

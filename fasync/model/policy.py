@@ -40,18 +40,22 @@ def build_model(model_cfg: ModelConfig, tokenizer, seed: int, dtype: torch.dtype
         return TinyTransformer(cfg).to(dtype)
 
 
-def sampling_logprobs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+def sampling_logprobs(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0,
+                      top_k: int | None = None) -> torch.Tensor:
     """Log-probabilities [..., V] of the distribution the engines sample from.
 
-    softmax(logits / temperature), then cut to the nucleus: the most likely tokens whose mass reaches
-    `top_p` (the first always stays) and renormalised; tokens outside it get -inf. Temperature 0
-    means greedy decoding, which is scored under the untempered distribution (a point mass would
-    say nothing about the policy).
+    softmax(logits / temperature), cut to the `top_k` most likely tokens (ties at the k-th logit stay), then to
+    the nucleus: the most likely tokens whose mass reaches `top_p` (the first always stays), renormalised;
+    tokens outside get -inf. vLLM applies top-k before top-p too. Temperature 0 means greedy decoding, which is
+    scored under the untempered distribution (a point mass would say nothing about the policy).
     """
     logits = logits.float()
     if temperature == 0:
         return logits.log_softmax(-1)
     logprobs = (logits / temperature).log_softmax(-1)
+    if top_k is not None and top_k < logprobs.shape[-1]:
+        kth = logprobs.topk(top_k, dim=-1).values[..., -1:]
+        logprobs = logprobs.masked_fill(logprobs < kth, float("-inf")).log_softmax(-1)
     if top_p >= 1.0:
         return logprobs
     sorted_logprobs, order = logprobs.sort(-1, descending=True)

@@ -58,6 +58,7 @@ def sampling_params(cfg: FasyncConfig, stop_token_ids: tuple[int, ...]) -> Sampl
         max_new_tokens=rollout.max_new_tokens,
         temperature=rollout.temperature,
         top_p=rollout.top_p,
+        top_k=rollout.top_k,
         stop_token_ids=stop_token_ids,
     )
 

@@ -5,8 +5,8 @@ mask and position ids that count real tokens only, so every row sees exactly
 what it would see alone. Each step samples one token for all rows at once.
 
 Behaviour logprobs are those of the distribution actually sampled from:
-softmax(logits / temperature) cut to the top-p nucleus and renormalised
-(`fasync.model.policy.sampling_logprobs`). At temperature 1 and top_p 1 they
+softmax(logits / temperature) cut to the top-k tokens, then to the top-p nucleus, and renormalised
+(`fasync.model.policy.sampling_logprobs`). At temperature 1, top_p 1 and no top_k they
 equal the trainer's `token_logprobs` on the same weights; greedy decoding
 (temperature 0) reports the untempered model's logprobs.
 """
@@ -109,7 +109,7 @@ class HFEngine(RolloutEngine):
         for step in range(steps):
             if interrupted():
                 break
-            step_logprobs = sampling_logprobs(logits, params.temperature, params.top_p)
+            step_logprobs = sampling_logprobs(logits, params.temperature, params.top_p, params.top_k)
             if params.temperature == 0:
                 token = step_logprobs.argmax(-1)
             else:

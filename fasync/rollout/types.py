@@ -43,6 +43,7 @@ class SamplingParams:
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: Optional[int] = None
     stop_token_ids: tuple[int, ...] = ()
 
 

@@ -3,8 +3,8 @@ on GPUs. vLLM is imported when the engine is built.
 
 Written against vLLM's offline V1 API (tested with 0.32.0): an `LLM` whose `llm_engine` is stepped by
 hand, so that pause and abort are seen between engine steps and unfinished requests keep what they
-generated. Behaviour logprobs come from `logprobs_mode="processed_logprobs"`: after temperature and
-top-p, i.e. of the distribution sampled from, as in the torch engine. Both engines obey one stop
+generated. Behaviour logprobs come from `logprobs_mode="processed_logprobs"`: after temperature,
+top-k and top-p, i.e. of the distribution sampled from, as in the torch engine. Both engines obey one stop
 rule: a completion ends at one of fasync's stop ids (`SamplingParams.stop_token_ids`) or at its
 budget, and nowhere else (`ignore_eos`: vLLM would otherwise also stop at the model's own EOS ids).
 New weights arrive through `fasync.weights`.

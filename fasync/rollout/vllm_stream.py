@@ -50,6 +50,7 @@ def vllm_sampling(params: SamplingParams, max_tokens: int, delta: bool = False):
         max_tokens=max_tokens,
         temperature=params.temperature,
         top_p=params.top_p,
+        top_k=params.top_k if params.top_k is not None else -1,  # vLLM's "no cut"
         stop_token_ids=list(params.stop_token_ids),
         ignore_eos=True,  # fasync's stop ids only, as in the torch engine
         logprobs=0,  # the sampled token's logprob only

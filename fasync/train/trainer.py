@@ -1,8 +1,9 @@
 """The trainer: advantages, optimizer steps over a rollout, off-policy correction, and weights for the engines.
 
 One `train_rollout` call trains on one rollout (fully_async: one drain). Samples get their
-advantages over full groups, are shuffled, split into `num_steps_per_rollout` steps (the rest
-trimmed), and each step accumulates gradients over micro batches before one optimizer step.
+advantages over full groups (from rewards with the overlong shaping, if any), and `train.ppo_epochs` times
+are shuffled and split into `num_steps_per_rollout` steps (the rest trimmed); each step accumulates gradients
+over micro batches before one optimizer step, at the learning rate of the schedule (fasync.train.schedule).
 
 The PPO ratio's anchor (`correction.ratio_anchor`, defaulted per mode in `fasync.config.derived`):
 - `behaviour`: the rollout logprobs. The ratio already is the importance ratio, so correction
@@ -10,7 +11,8 @@ The PPO ratio's anchor (`correction.ratio_anchor`, defaulted per mode in `fasync
 - `recompute`: the trainer's own logprobs at the start of the rollout; correction weights
   π_old / π_behav when `correction.level` is set. The first step's anchor is its own forward, detached
   (no update has happened yet, so a no-grad forward would give the same values); only the later steps of
-  a rollout (`num_steps_per_rollout > 1`) need the extra no-grad forward, taken before the first step.
+  a rollout (`num_steps_per_rollout > 1`, or `ppo_epochs > 1`) need the extra no-grad forward, taken before
+  the first step.
 - `proximal` (decoupled PPO): the policy at the start of each optimizer step. Weights do not change
   within a step, so these are the step's own forward, detached: no extra forward. The ratio's
   value is then 1 and its gradient the policy gradient; the weights π_prox / π_behav carry the
@@ -28,13 +30,14 @@ import torch
 from torch import Tensor
 
 from fasync.killpoints import kill_point
-from fasync.model import build_model, build_tokenizer
+from fasync.model import build_model, build_tokenizer, lora
 from fasync.model.policy import DTYPES
 from fasync.rollout.types import Sample
 from fasync.train import correction, distributed
-from fasync.train.advantages import compute_advantages
+from fasync.train.advantages import compute_advantages, overlong_penalty
 from fasync.train.batching import MicroBatch, collate, plan_steps, rank_micro_batches
 from fasync.train.losses import aggregate, clipped_surrogate, k3_kl
+from fasync.train.schedule import lr_factor
 from fasync.weights.buckets import DEFAULT_BUCKET_BYTES, full_value, weight_buckets
 
 # Correction metrics that combine across micro batches by max instead of a token-weighted mean.
@@ -58,6 +61,10 @@ class Trainer:
         # Eval mode throughout, gradients or not: with dropout on, the policy trained would not be the one the
         # engines sample from (and score behaviour logprobs with), so even fresh samples would look off-policy.
         self.model = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32).to(self.device).eval()
+        if cfg.model.lora is not None:
+            lora.apply(self.model, cfg.model.lora)
+        self.engine_weights = lora.EngineWeights(self.model) if cfg.model.lora is not None else self.model
+        """What the engines load, read through `state_dict()`: the model, or its merged weights under LoRA."""
         if cfg.train.activation_checkpointing:
             from torch.distributed._composable import checkpoint
 
@@ -75,8 +82,9 @@ class Trainer:
         else:
             distributed.broadcast_parameters(self.model)
             if self.reference is not None:
-                self.reference.load_state_dict(self.model.state_dict())
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
+                self.reference.load_state_dict(self.engine_weights.state_dict())
+        # Only what trains: under LoRA the adapters, so AdamW holds moments for them alone.
+        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
         self.rollouts = 0
         self.steps = 0
@@ -85,23 +93,43 @@ class Trainer:
 
     def train_rollout(self, samples: list[Sample], current_version: int) -> list[dict]:
         """Train on one rollout at weight version `current_version`; one record per optimizer step."""
-        advantages = compute_advantages([s.reward for s in samples], [s.group_id for s in samples],
-                                        self.cfg.train.advantage_estimator, self.cfg.train.normalize_advantage_std)
+        train = self.cfg.train
+        advantages = compute_advantages(self._shaped_rewards(samples), [s.group_id for s in samples],
+                                        train.advantage_estimator, train.normalize_advantage_std,
+                                        [sum(s.trained) for s in samples])
         for sample, advantage in zip(samples, advantages):
             sample.advantage = advantage
-        order = list(range(len(samples)))
-        random.Random(self.cfg.train.seed * 1_000_003 + self.rollouts).shuffle(order)
-        samples = [samples[i] for i in order]
-        steps, _ = plan_steps(len(samples), self.derived, self.cfg.train.use_dynamic_global_batch_size)
+        rng = random.Random(train.seed * 1_000_003 + self.rollouts)
         self.rollouts += 1
-
-        step_batches = self._micro_batches(samples, steps)
+        # Every epoch's steps are planned (and their anchors taken) before the first one changes the weights.
+        planned = []
+        for epoch in range(train.ppo_epochs):
+            order = list(range(len(samples)))
+            rng.shuffle(order)
+            shuffled = [samples[i] for i in order]
+            steps, _ = plan_steps(len(shuffled), self.derived, train.use_dynamic_global_batch_size)
+            planned += [(epoch, [shuffled[i] for i in step], batches)
+                        for step, batches in zip(steps, self._micro_batches(shuffled, steps))]
         if self.derived.ratio_anchor == "recompute":
-            for batches in step_batches[1:]:
+            for _, _, batches in planned[1:]:
                 for batch in batches:
                     batch.anchor_logp = self._logprobs(batch)
-        return [self._step([samples[i] for i in step], batches, current_version)
-                for step, batches in zip(steps, step_batches)]
+        records = []
+        for epoch, step_samples, batches in planned:
+            record = self._step(step_samples, batches, current_version)
+            if train.ppo_epochs > 1:
+                record["epoch"] = epoch
+            records.append(record)
+        return records
+
+    def _shaped_rewards(self, samples: list[Sample]) -> list[float]:
+        """The rewards the advantages are computed from: each sample's, plus DAPO's overlong penalty when
+        `reward.overlong_buffer` is set. The step records' `reward_mean` stays the task's reward."""
+        reward, budget = self.cfg.reward, self.cfg.rollout.max_new_tokens
+        if reward.overlong_buffer is None:
+            return [s.reward for s in samples]
+        return [s.reward + overlong_penalty(len(s.output_ids), s.finish_reason == "length", budget,
+                                            reward.overlong_buffer, reward.overlong_penalty) for s in samples]
 
     def _micro_batches(self, samples: list[Sample], steps: list[range]) -> list[list[MicroBatch]]:
         train = self.cfg.train
@@ -140,6 +168,10 @@ class Trainer:
         correction_maxima: dict[str, float] = {}
 
         self.optimizer.zero_grad(set_to_none=True)
+        train = self.cfg.train
+        for group in self.optimizer.param_groups:
+            group["lr"] = train.lr * lr_factor(self.steps, train.lr_warmup_steps, self.derived.total_optimizer_steps,
+                                               train.lr_schedule)
         for batch in batches:
             corrected = self._backward(batch, step_tokens, step_sequences, sums)
             batch_tokens = batch.num_tokens
@@ -193,12 +225,14 @@ class Trainer:
                                          self.cfg.correction)
             weights = corrected.weights
         keep = corrected.keep_mask
-        surrogate, clipped = clipped_surrogate(logp, old, batch.advantages, train.clip_eps_low,
-                                               train.clip_eps_high)
+        clip_low, clip_high = self.derived.clip_eps
+        surrogate, clipped = clipped_surrogate(logp, old, batch.advantages, clip_low, clip_high,
+                                               batch.completion_mask, train.importance_ratio)
         terms = {"pg_loss": surrogate * weights, "entropy": entropy}
         if self.reference is not None:
             terms["kl"] = k3_kl(logp, self._logprobs(batch, self.reference))
-        parts = {name: aggregate(values, keep, train.loss_aggregation, step_tokens, step_sequences)
+        parts = {name: aggregate(values, keep, train.loss_aggregation, step_tokens, step_sequences,
+                                 self.cfg.rollout.max_new_tokens)
                  for name, values in terms.items()}
         loss = parts["pg_loss"] + train.kl_coef * parts.get("kl", 0.0) - train.entropy_coef * parts["entropy"]
         loss.backward()
@@ -242,7 +276,7 @@ class Trainer:
     def weight_buckets(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES):
         """The policy's weights in the engines' dtype, whole, bucketed, on the trainer's device; every rank
         must iterate (`fasync.weights.buckets`)."""
-        return weight_buckets(self.model, self.compute_dtype, bucket_bytes)
+        return weight_buckets(self.engine_weights, self.compute_dtype, bucket_bytes)
 
     def rollout_state_dict(self) -> dict[str, Tensor]:
         """Weights for the rollout engines, on the CPU (what crosses to the engine actors); every rank must call."""

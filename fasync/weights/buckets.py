@@ -26,6 +26,8 @@ def full_value(value):
 
 def weight_buckets(model: nn.Module, dtype: torch.dtype,
                    bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Iterator[list[tuple[str, Tensor]]]:
+    """`model`'s `state_dict()` in buckets; `model` may be anything with one (under LoRA, the trainer passes
+    `fasync.model.lora.EngineWeights`, the merged weights)."""
     bucket: list[tuple[str, Tensor]] = []
     size = 0
     for name, value in model.state_dict().items():

@@ -30,6 +30,16 @@ def script(name: str):
 lq = script("learning_quality")
 peer = script("peer_trl")
 vllm_long_tail = script("vllm_long_tail")
+algorithms = script("algorithms")
+
+
+@pytest.mark.parametrize("mode", list(algorithms.CONFIGS))
+@pytest.mark.parametrize("name", list(algorithms.ALGORITHMS))
+def test_every_algorithm_run_is_a_config_without_lint_errors(mode, name):
+    loaded = load_config(REPO / algorithms.CONFIGS[mode], algorithms.ALGORITHMS[name])
+    assert loaded.config is not None, [d.message for d in loaded.diagnostics]
+    found, crashed = run_rules(loaded.config)
+    assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
 
 
 @pytest.mark.parametrize("task", list(lq.TASKS))

@@ -57,3 +57,16 @@ def test_version_clock_measures_lag_in_steps():
     restored = st.VersionClock()
     restored.load_state_dict(clock.state_dict())
     assert restored.lag_steps(5, 1) == 3
+
+
+@pytest.mark.parametrize("mode, bound, steps, interval, epochs, lag, per_version", [
+    ("sync", None, 2, 1, 3, 5, 6),  # sync: N × E − 1, the last step of the last epoch on the rollout's data
+    ("sync", None, 1, 1, 2, 1, 2),
+    ("fully_async", 1, 1, 1, 2, 3, 2),  # (1 + 1) × 1 × 1 × 2 − 1
+    ("async", 2, 4, 1, 2, 23, 8),
+    ("fully_async", 0, 2, 3, 2, 11, 12),
+])
+def test_every_epoch_adds_its_steps_to_the_lag(mode, bound, steps, interval, epochs, lag, per_version):
+    bound_ = st.max_lag(mode, bound, steps, interval, epochs)
+    assert (bound_.steps, bound_.steps_per_version) == (lag, per_version)
+    assert st.max_lag(mode, bound, steps, interval, 1).steps == st.max_lag(mode, bound, steps, interval).steps

@@ -158,9 +158,9 @@ MODES = {
 }
 
 
-def evaluating_run(tmp_path: Path, mode: str) -> Path:
+def evaluating_run(tmp_path: Path, mode: str, **sections) -> Path:
     """A finished tiny run on a JSONL dataset that evaluated every 2 optimizer steps (2 per rollout) and before
-    training, and wrote 3 samples every 2 steps."""
+    training, and wrote 3 samples every 2 steps; `sections` over its config."""
     from fasync.commands.train import run as train
 
     data = write_jsonl(tmp_path / "train.jsonl", reverse_records(64, seed=0))
@@ -168,7 +168,8 @@ def evaluating_run(tmp_path: Path, mode: str) -> Path:
     raw = tiny_sections(mode=mode, data={"path": str(data)},
                         eval={"path": str(held), "every": 2, "before_train": True, "samples_per_prompt": 4,
                               "pass_k": 2},
-                        logging={"progress": "none", "samples_every": 2, "samples_per_write": 3}, **MODES[mode])
+                        logging={"progress": "none", "samples_every": 2, "samples_per_write": 3},
+                        **{**MODES[mode], **sections})
     for key in ("task", "length"):
         raw["data"].pop(key)
     config = tmp_path / "run.yaml"
@@ -285,3 +286,22 @@ def test_fasync_eval_of_an_export_matches_its_checkpoint_and_bad_input_is_one_li
     assert result.exit_code == 1 and "no checkpoint at step 3 (checkpoints at steps: 8)" in result.output
     result = runner.invoke(app, ["eval", str(tmp_path / "nowhere")])
     assert result.exit_code == 2 and "not a fasync run directory" in result.output
+
+
+def test_fasync_eval_of_a_lora_run_loads_its_merged_weights_and_refuses_an_adapter_alone(ray_session, tmp_path):
+    from typer.testing import CliRunner
+
+    from fasync.cli import app
+
+    out = evaluating_run(tmp_path, "sync", model={**tiny_sections()["model"], "lora": {"rank": 4, "alpha": 8}})
+    runner = CliRunner()
+    # The checkpoint holds the adapters beside the frozen weights; the engine takes the merged ones, as in training.
+    result = runner.invoke(app, ["eval", str(out)])
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(app, ["export", str(out), str(tmp_path / "merged"), "--merge"]).exit_code == 0
+    result = runner.invoke(app, ["eval", str(out), "--export", str(tmp_path / "merged")])
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(app, ["export", str(out), str(tmp_path / "adapter")]).exit_code == 0
+    result = runner.invoke(app, ["eval", str(out), "--export", str(tmp_path / "adapter")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "a LoRA adapter without its model" in result.output and "--merge" in result.output

@@ -1,4 +1,4 @@
-"""The check path never imports torch, ray or vllm, nor the report's and trackers' packages (it must start fast
+"""The check path never imports torch, ray, vllm or peft, nor the report's and trackers' packages (it must start fast
 and run in CI without them)."""
 
 import ast
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from paths import LOADER_CONFIGS, REPO, TESTS
 
-HEAVY = {"torch", "ray", "vllm", "matplotlib", "tensorboard", "wandb", "mlflow"}
+HEAVY = {"torch", "ray", "vllm", "peft", "matplotlib", "tensorboard", "wandb", "mlflow"}
 CONFIG = LOADER_CONFIGS / "grandchild.yaml"
 
 

@@ -108,6 +108,10 @@ FULLY_ASYNC = "mode: fully_async\nrollout:\n  batch_size: 32\n  n_samples_per_pr
 @pytest.mark.parametrize("mode, staleness, overrides, steps, lag, one_step", [
     ("fully_async", 1, ["train.global_batch_size=128"], 2,
      "3 optimizer steps (1.5 versions), (staleness 1 + 1) × interval 1 × 2 steps per drain − 1", "1 optimizer step"),
+    # Each of 2 epochs takes the drain's 2 steps again: (1 + 1) × 1 × 2 × 2 − 1; one step per drain, 2 epochs: 3.
+    ("fully_async", 1, ["train.global_batch_size=128", "train.ppo_epochs=2"], 2,
+     "7 optimizer steps (1.75 versions), (staleness 1 + 1) × interval 1 × 2 steps per drain × 2 epochs − 1",
+     "3 optimizer steps (1.5 versions)"),
     ("async", 3, ["train.global_batch_size=64", "train.micro_batch_size=32", "train.num_steps_per_rollout=2"], 2,
      "7 optimizer steps (3.5 versions), (staleness 3 + 1) × interval 1 × 2 steps per rollout − 1", "3 optimizer steps"),
 ])
@@ -131,6 +135,19 @@ def test_sync_interval_states_the_lag_in_optimizer_steps(tmp_path):
     text = "mode: async\nasync:\n  max_weight_staleness: 1\n  update_weights_interval: 4\ncorrection:\n  level: token\n"
     with_steps = _message("S007", text, tmp_path, ["train.global_batch_size=128"])
     assert "(8 optimizer steps)" in with_steps and "15 optimizer steps (1.875 versions)" in with_steps
+    # Three epochs of those two steps: a version spans 4 × 2 × 3 = 24 steps, the lag (1 + 1) × 24 − 1.
+    with_epochs = _message("S007", text, tmp_path, ["train.global_batch_size=128", "train.ppo_epochs=3"])
+    assert "(24 optimizer steps)" in with_epochs and "47 optimizer steps (1.95833 versions)" in with_epochs
+
+
+def test_epochs_state_the_lag_they_add_in_optimizer_steps(tmp_path):
+    # S009_bad.yaml (one step per rollout, 2 epochs: 3 against 1) is in its snapshot; here 3 epochs of 2 steps.
+    text = "mode: fully_async\nasync:\n  max_weight_staleness: 2\ncorrection:\n  level: token\n"
+    message = _message("S009", text, tmp_path, ["train.global_batch_size=128", "train.ppo_epochs=3"])
+    assert "each drain takes 6 optimizer steps" in message
+    assert "the worst policy lag is 17 optimizer steps (2.83333 versions)" in message
+    assert "against 5 optimizer steps (2.5 versions) with one epoch" in message
+    assert findings(config_file(tmp_path, text), ["train.ppo_epochs=3", "mode=sync"], code="S009") == []
 
 
 @pytest.mark.parametrize("text, overrides, age", [

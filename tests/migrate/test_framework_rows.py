@@ -71,8 +71,7 @@ EXAMPLES |= {
     "target_modules": "all-linear", "importance_sampling_level": "token", "top_k": 20, "warmup_ratio": 0.1,
     "lr_scheduler_type": "cosine",
 }
-"""A value each converted key documents, by the key as the tables spell it (the second part: the algorithm rows
-of the `algo` branch, merged beside this one)."""
+"""A value each converted key documents, by the key as the tables spell it (the second part: the algorithm rows)."""
 
 COMPANIONS = {
     "actor_rollout_ref.actor.kl_loss_coef": {"actor_rollout_ref.actor.use_kl_loss": True},
@@ -88,13 +87,18 @@ COMPANIONS = {
     "train.async_queue_size": {"train.async_enable": True},
     "weight_sync_steps": {"max_staleness": 4},
     "queue_maxsize": {"max_staleness": 4},
+    "actor_rollout_ref.model.lora_alpha": {"actor_rollout_ref.model.lora_rank": 16},
+    "actor_rollout_ref.model.target_modules": {"actor_rollout_ref.model.lora_rank": 16},
+    "lora_alpha": {"lora_rank": 16},
+    "target_modules": {"lora_rank": 16},
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": {"trainer.total_training_steps": 100},
+    "reward_model.overlong_buffer.len": {"reward_model.overlong_buffer.enable": True},
+    "reward_model.overlong_buffer.penalty_factor": {"reward_model.overlong_buffer.enable": True,
+                                                    "reward_model.overlong_buffer.len": 512},
+    "warmup_ratio": {"max_steps": 100},
 }
 """The settings a key counts only with, as in the framework (a KL coefficient only with the KL loss, a queue size
-only in async training)."""
-
-ALGORITHM_BRANCH = {("trl", "loss_type"), ("trl", "scale_rewards"), ("openrlhf", "algo.advantage.estimator")}
-"""Algorithm rows the `algo` branch converts (fasync.frameworks.common.Choice), merged beside this one: drop each
-from here once it passes."""
+only in async training, LoRA's alpha only with a rank, a warmup ratio only with a run length)."""
 
 ADAPTED = {
     "actor_rollout_ref.rollout.multi_turn.enable": True,
@@ -132,9 +136,6 @@ def test_every_converted_row_is_converted_by_its_importer(framework, row):
     out = _translated(framework, row.source, SPELLED.get((framework, row.source), EXAMPLES[row.source]))
     by_hand = [why for key, _, why in out.unmapped if key == row.source and why.startswith("converted by hand")]
     written = set(row.targets) & (out.values.keys() | out.needs.keys())
-    if (framework, row.source) in ALGORITHM_BRANCH:
-        assert by_hand or not written, f"{framework} {row.source} is converted now: drop it from ALGORITHM_BRANCH"
-        return
     assert not by_hand, f"{framework} {row.source} is marked converted but left by hand"
     assert written, f"{framework} {row.source}: none of {row.targets} written"
 

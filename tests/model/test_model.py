@@ -149,3 +149,18 @@ def test_sampling_logprobs_temperature_and_nucleus_by_hand():
     torch.testing.assert_close(sampling_logprobs(logits, 1.0, 0.1).exp(), torch.tensor([1.0, 0.0, 0.0]))
     # Greedy decoding is scored under the untempered distribution.
     torch.testing.assert_close(sampling_logprobs(logits, 0.0, 0.5).exp(), probs)
+
+
+def test_sampling_logprobs_top_k_then_top_p_by_hand():
+    # Same fp32 tolerance as above. Four tokens 0.4, 0.3, 0.2, 0.1: top_k 3 keeps 0.9 of the mass.
+    probs = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    logits = probs.log()
+    torch.testing.assert_close(sampling_logprobs(logits, 1.0, top_k=3).exp(),
+                               torch.tensor([0.4, 0.3, 0.2, 0.0]) / 0.9)
+    # Then top_p 0.7 within the kept three (4/9, 3/9, 2/9): 4/9 falls short, 7/9 reaches it.
+    torch.testing.assert_close(sampling_logprobs(logits, 1.0, 0.7, top_k=3).exp(),
+                               torch.tensor([4 / 7, 3 / 7, 0.0, 0.0]))
+    # k at least the vocabulary cuts nothing; a tie at the k-th logit keeps both tokens.
+    torch.testing.assert_close(sampling_logprobs(logits, 1.0, top_k=4).exp(), probs)
+    tied = torch.tensor([0.4, 0.2, 0.2, 0.2]).log()
+    torch.testing.assert_close(sampling_logprobs(tied, 1.0, top_k=2).exp(), torch.tensor([0.4, 0.2, 0.2, 0.2]))

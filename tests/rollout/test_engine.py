@@ -297,6 +297,21 @@ def test_tempered_top_p_logprobs_are_the_renormalised_distribution(engine):
             torch.testing.assert_close(torch.tensor(gen.logprobs[position]), expected, **LOGPROB_TOLERANCE)
 
 
+def test_top_k_samples_only_the_k_most_likely_and_reports_their_renormalised_logprobs(engine):
+    temperature, top_k = 0.7, 3
+    out = engine.generate(requests(copies=4), SamplingParams(max_new_tokens=5, temperature=temperature, top_k=top_k))
+    for gen in out:
+        ids = torch.tensor([gen.prompt_ids + gen.output_ids])
+        with torch.no_grad():
+            logits = engine.model(ids)[0, len(gen.prompt_ids) - 1: -1]
+        for position, token in enumerate(gen.output_ids):
+            probs = (logits[position] / temperature).softmax(-1)
+            kept = probs.topk(top_k).indices.tolist()
+            assert token in kept
+            expected = (probs[token] / probs[kept].sum()).log()
+            torch.testing.assert_close(torch.tensor(gen.logprobs[position]), expected, **LOGPROB_TOLERANCE)
+
+
 def test_the_scrambled_logits_stay_below_the_bound_the_tolerance_is_derived_from(engine):
     out = engine.generate(requests(copies=4), SamplingParams(max_new_tokens=7))
     with torch.no_grad():

@@ -108,20 +108,57 @@ def test_masked_positions_never_reach_the_result_even_as_nan():
     assert (poisoned.grad[~MASK] == 0).all()
 
 
-@pytest.mark.parametrize("how", ["token_mean", "sequence_mean"])
+def test_seq_mean_token_sum_norm_divides_each_sequence_sum_by_the_budget():
+    # Dr. GRPO: row sums 3 and 18, each / a budget of 4 tokens, averaged over the step's 2 (then 4) sequences.
+    assert float(aggregate(VALUES, MASK, "seq_mean_token_sum_norm", 5, 2, max_new_tokens=4)) == pytest.approx(21 / 8)
+    assert float(aggregate(VALUES, MASK, "seq_mean_token_sum_norm", 5, 4, max_new_tokens=4)) == pytest.approx(21 / 16)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        aggregate(VALUES, MASK, "seq_mean_token_sum_norm", 5, 2)
+
+
+@pytest.mark.parametrize("how", ["token_mean", "sequence_mean", "seq_mean_token_sum_norm"])
 def test_micro_batches_with_step_denominators_sum_to_the_full_batch(how):
     generator = torch.Generator().manual_seed(1)
     values = torch.randn(6, 5, generator=generator, dtype=torch.float64)
     lengths = torch.tensor([1, 5, 3, 2, 4, 5])
     mask = torch.arange(5)[None, :] < lengths[:, None]
     tokens, sequences = int(mask.sum()), mask.shape[0]
-    whole = aggregate(values, mask, how, tokens, sequences)
-    parts = (aggregate(values[:2], mask[:2], how, tokens, sequences)
-             + aggregate(values[2:], mask[2:], how, tokens, sequences))
+    whole = aggregate(values, mask, how, tokens, sequences, 5)
+    parts = (aggregate(values[:2], mask[:2], how, tokens, sequences, 5)
+             + aggregate(values[2:], mask[2:], how, tokens, sequences, 5))
     assert float(parts) == pytest.approx(float(whole), rel=1e-12)
     # And the plain full-batch means they stand for.
     if how == "token_mean":
         assert float(whole) == pytest.approx(float(values[mask].mean()), rel=1e-12)
+    elif how == "seq_mean_token_sum_norm":
+        row_sums = [float(values[i, :length].sum()) / 5 for i, length in enumerate(lengths)]
+        assert float(whole) == pytest.approx(sum(row_sums) / len(row_sums), rel=1e-12)
     else:
         row_means = [float(values[i, :length].mean()) for i, length in enumerate(lengths)]
         assert float(whole) == pytest.approx(sum(row_means) / len(row_means), rel=1e-12)
+
+
+# GSPO: row 0's log ratios 0.1 and 0.3 (the third token is padding) average to 0.2, a sequence ratio e^0.2 ≈ 1.2214
+# above 1 + 0.2 with A = 2: clipped to 1.2 on every token. Row 1's −0.1, 0.1, 0 average to 0: ratio 1, A = −1.
+GSPO_LOG_RATIOS = torch.tensor([[0.1, 0.3, 5.0], [-0.1, 0.1, 0.0]], dtype=torch.float64)
+GSPO_MASK = torch.tensor([[True, True, False], [True, True, True]])
+GSPO_OLD = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -3.0, -1.0]], dtype=torch.float64)
+
+
+def test_sequence_ratio_is_the_geometric_mean_of_the_token_ratios_clipped_per_sequence():
+    logp = (GSPO_OLD + GSPO_LOG_RATIOS).requires_grad_(True)
+    loss, clipped = clipped_surrogate(logp, GSPO_OLD, ADVANTAGES, 0.2, 0.2, GSPO_MASK, "sequence")
+    assert loss[0, :2].tolist() == pytest.approx([-2.4, -2.4], rel=1e-12)
+    assert loss[1].tolist() == pytest.approx([1.0, 1.0, 1.0], rel=1e-12)
+    assert clipped[0, :2].tolist() == [True, True] and not clipped[1].any()
+    # A token's gradient is the sequence ratio times its own: −s × A where unclipped, 0 where the clip holds.
+    loss.sum().backward()
+    assert logp.grad[0].tolist() == [0.0, 0.0, 0.0]
+    assert logp.grad[1].tolist() == pytest.approx([1.0, 1.0, 1.0], rel=1e-12)
+
+
+def test_the_token_ratio_of_the_same_tokens_differs_from_the_sequence_ratio():
+    logp = GSPO_OLD + GSPO_LOG_RATIOS
+    token_loss, _ = clipped_surrogate(logp, GSPO_OLD, ADVANTAGES, 0.2, 0.2)
+    # Row 1 token by token: ratios e^−0.1 and e^0.1 with A = −1 (no clip binds: 0.905 > 0.8, 1.105 < 1.2).
+    assert token_loss[1, :2].tolist() == pytest.approx([math.exp(-0.1), math.exp(0.1)], rel=1e-12)

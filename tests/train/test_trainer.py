@@ -428,3 +428,157 @@ def test_the_skipped_anchor_equals_the_recomputed_one_and_leaves_the_update_unch
         assert skipped[key] == pytest.approx(recomputed[key], rel=1e-6, abs=1e-9), key
     for name, tensor in weights(skipping).items():
         assert torch.allclose(tensor, weights(recomputing)[name], rtol=0, atol=1e-7), name
+
+
+# -- (g) the algorithms of docs/algorithms.md ----------------------------------------------------------
+
+
+def test_ppo_epochs_pass_over_the_rollout_again_against_the_rollouts_anchor():
+    cfg = config(correction={"ratio_anchor": "recompute"}, train={"micro_batch_size": 4, "ppo_epochs": 2})
+    trainer = Trainer(resolve(cfg))
+    samples = favoured_batch(trainer)
+    calls = counted_forwards(trainer)
+    records = trainer.train_rollout(samples, current_version=0)
+    assert [r["epoch"] for r in records] == [0, 1] and trainer.steps == 2 and trainer.rollouts == 1
+    assert [r["num_samples"] for r in records] == [16, 16]
+    # Four micro batches per pass with gradient; the second pass's anchors are taken before the first step.
+    assert calls.count(True) == 8 and calls.count(False) == 4
+    # The first pass starts at ratio 1 (Σ A = 0 per token-weighted group: −(24 − 16) A / 40); the second
+    # is against the rollout's policy, which the first step moved towards the rewarded tokens.
+    assert records[0]["pg_loss"] == pytest.approx(-(POSITIVE_TOKENS - NEGATIVE_TOKENS) * ADVANTAGE / 40, rel=1e-4)
+    assert records[1]["pg_loss"] < records[0]["pg_loss"] - 1e-3
+
+
+def test_one_epoch_writes_no_epoch_field():
+    trainer = Trainer(resolve(config()))
+    (record,) = trainer.train_rollout(favoured_batch(trainer), current_version=0)
+    assert "epoch" not in record
+
+
+def test_the_learning_rate_warms_up_then_decays_by_optimizer_step():
+    cfg = config(train={"micro_batch_size": 8, "num_rollouts": 4, "lr_warmup_steps": 2, "lr_schedule": "linear"})
+    trainer = Trainer(resolve(cfg))
+    samples = favoured_batch(trainer)
+    lrs = [trainer.train_rollout([Sample(**vars(s)) for s in samples], current_version=0)[0]["lr"]
+           for _ in range(4)]
+    # Warmup 1/3, 2/3; then over the last 2 of 4 steps 1 and 1/2 (factors exact; lr 1e-2 in float64).
+    assert lrs == pytest.approx([1e-2 / 3, 2e-2 / 3, 1e-2, 0.5e-2], rel=1e-12)
+
+
+def test_dr_grpo_sums_each_sequence_and_divides_by_the_budget():
+    cfg = config(train={"micro_batch_size": 8, "loss_aggregation": "seq_mean_token_sum_norm",
+                        "normalize_advantage_std": False})
+    trainer = Trainer(resolve(cfg))
+    (record,) = trainer.train_rollout(favoured_batch(trainer), current_version=0)
+    # Ratio 1, advantages ±0.5: −(8 × 3 × 0.5 − 8 × 2 × 0.5) / max_new_tokens 3 / 16 sequences.
+    assert record["pg_loss"] == pytest.approx(-(12 - 8) / 3 / 16, rel=1e-4)
+
+
+def test_gspo_clips_whole_sequences_at_its_own_narrow_range():
+    cfg = config(correction={"ratio_anchor": "behaviour"}, train={"importance_ratio": "sequence"})
+    assert resolve(cfg).derived.clip_eps == (3e-4, 4e-4)
+    trainer = Trainer(resolve(cfg))
+    (record,) = trainer.train_rollout(favoured_batch(trainer, shift=-0.01), current_version=0)
+    # Every sequence's ratio is e^0.01 ≈ 1.01 > 1 + 4e-4: clipped where A > 0 (the rewarded sequences' 24
+    # tokens), kept where the pessimistic term is the unclipped one (A < 0).
+    assert record["clip_fraction"] == pytest.approx(POSITIVE_TOKENS / 40)
+    expected = (-POSITIVE_TOKENS * (1 + 4e-4) * ADVANTAGE + NEGATIVE_TOKENS * math.exp(0.01) * ADVANTAGE) / 40
+    assert record["pg_loss"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_overlong_shaping_enters_the_advantages_not_the_reward_records():
+    cfg = config(reward={"overlong_buffer": 2}, train={"micro_batch_size": 8})
+    trainer = Trainer(resolve(cfg))
+    samples = favoured_batch(trainer)
+    (record,) = trainer.train_rollout(samples, current_version=0)
+    # Budget 3, buffer 2: 3 tokens pay the whole penalty (1 → 0), 2 tokens half of it (0 → −0.5). Each group
+    # is then 0, 0, −0.5, −0.5: mean −0.25, std 0.25.
+    assert record["reward_mean"] == pytest.approx(0.5)
+    scale = 0.25 + 1e-6
+    assert [s.advantage for s in samples[:4]] == pytest.approx([0.25 / scale] * 2 + [-0.25 / scale] * 2, rel=1e-12)
+
+
+def test_reinforce_plus_plus_whitens_over_the_trained_tokens_only():
+    cfg = config(train={"micro_batch_size": 8, "advantage_estimator": "reinforce_plus_plus"})
+    trainer = Trainer(resolve(cfg))
+    samples = favoured_batch(trainer)
+    for sample in samples[::2]:  # the first output token an observation, as in an agentic trajectory
+        sample.loss_mask = [False] + [True] * (len(sample.output_ids) - 1)
+    trainer.train_rollout(samples, current_version=0)
+    rewards, groups = [s.reward for s in samples], [s.group_id for s in samples]
+    trained = compute_advantages(rewards, groups, "reinforce_plus_plus", True, [sum(s.trained) for s in samples])
+    every = compute_advantages(rewards, groups, "reinforce_plus_plus", True, [len(s.output_ids) for s in samples])
+    # Both sides are compute_advantages' float64 arithmetic on the same inputs: equal but for rounding.
+    assert [s.advantage for s in samples] == pytest.approx(trained, rel=1e-12)
+    assert trained != pytest.approx(every, rel=1e-6)
+
+
+def short_sync_loop(rollouts: int = 60, **sections) -> list[list[Sample]]:
+    """The quickstart-sized generate-score-train loop of the test above, with `sections` over its config; each
+    rollout's samples."""
+    cfg = FasyncConfig.model_validate(with_sections({
+        "model": {"n_layers": 2, "d_model": 64, "n_heads": 4, "max_seq_len": 16},
+        "data": {"task": "reverse", "length": 3},
+        "reward": {"function": "partial_match"},
+        "rollout": {"batch_size": 16, "n_samples_per_prompt": 8, "max_new_tokens": 3},
+        "train": {"global_batch_size": 128, "micro_batch_size": 128, "lr": 2e-3, "num_rollouts": rollouts},
+    }, **sections))
+    trainer = Trainer(resolve(cfg))
+    engine, factory = build_engine(cfg), build_factory(resolve(cfg))
+    rollouts_samples = []
+    for version in range(rollouts):
+        samples = on_policy_samples(cfg, trainer, version, engine, factory)
+        trainer.train_rollout(samples, current_version=version)
+        rollouts_samples.append(samples)
+    return rollouts_samples
+
+
+def first_and_last(values: list[float], count: int = 10) -> tuple[float, float]:
+    return sum(values[:count]) / count, sum(values[-count:]) / count
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("train", [
+    {"advantage_estimator": "rloo"},
+    {"advantage_estimator": "reinforce_plus_plus"},
+    {"advantage_estimator": "reinforce_plus_plus_baseline"},
+    {"loss_aggregation": "seq_mean_token_sum_norm", "normalize_advantage_std": False},
+    {"importance_ratio": "sequence"},
+    {"ppo_epochs": 2, "lr_warmup_steps": 5, "lr_schedule": "cosine"},
+], ids=["rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "dr_grpo", "gspo", "epochs_schedule"])
+def test_each_algorithm_learns_in_a_short_sync_loop(train):
+    """The mean reward of the last 10 of 60 rollouts beats the first 10's by 0.1 (grpo gains 0.2 to 0.3)."""
+    rewards = [sum(s.reward for s in samples) / len(samples) for samples in short_sync_loop(train=train)]
+    first, last = first_and_last(rewards)
+    assert last > first + 0.1, rewards
+
+
+@pytest.mark.slow
+def test_overlong_shaping_teaches_the_policy_to_stop_within_the_budget():
+    # Budget 5 with a buffer of 1: an answer of 3 digits and the stop token (4 tokens) pays nothing, a completion
+    # cut off at 5 pays 1. The initial policy rarely samples the stop token, so most completions start cut off.
+    truncated = [sum(s.finish_reason == "length" for s in samples) / len(samples)
+                 for samples in short_sync_loop(reward={"overlong_buffer": 1}, rollout={"max_new_tokens": 5})]
+    first, last = first_and_last(truncated)
+    assert last < first - 0.2, truncated
+
+
+def test_a_restored_trainer_continues_the_schedule_and_the_update_exactly(tmp_path):
+    from fasync.checkpoint.state import load_trainer, save_trainer
+
+    cfg = config(train={"micro_batch_size": 8, "num_rollouts": 4, "lr_warmup_steps": 1, "lr_schedule": "cosine"})
+    straight, resumed = Trainer(resolve(cfg)), Trainer(resolve(cfg))
+    samples = favoured_batch(straight)
+
+    def batch() -> list[Sample]:  # a fresh copy for every call: training sets the samples' advantages
+        return [Sample(**vars(s)) for s in samples]
+
+    for _ in range(2):
+        straight.train_rollout(batch(), current_version=0)
+    save_trainer(straight, tmp_path)
+    load_trainer(resumed, tmp_path)
+    (expected,), (got,) = straight.train_rollout(batch(), 0), resumed.train_rollout(batch(), 0)
+    # Step 2 of 4 after 1 warmup step: (1 + cos(π / 3)) / 2 = 0.75 of the peak, in both.
+    assert got["lr"] == expected["lr"] == pytest.approx(0.75e-2, rel=1e-12)
+    for name, tensor in weights(straight).items():
+        assert torch.equal(tensor, weights(resumed)[name]), name

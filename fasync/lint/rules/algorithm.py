@@ -58,7 +58,7 @@ def greedy_grpo(cfg, derived):
     "usually that intent applied to the wrong side.",
 )
 def clip_low_disabled(cfg, derived):
-    low = cfg.train.clip_eps_low
+    low = derived.clip_eps[0]
     if low >= 1:
         yield Finding(
             "train.clip_eps_low",
@@ -234,3 +234,113 @@ def learning_rate_out_of_range(cfg, derived):
         f"set `train.lr` between {low:.2g} and {high:.2g} (RL fine-tuning of a pretrained model usually runs at "
         f"1/10 to 1/100 of {peak:.2g}), or add A005 to `lint.ignore` if the rate is deliberate",
     )
+
+
+GROUP_BASELINES = ("rloo", "reinforce_plus_plus_baseline")
+"""The estimators whose baseline is a group's other samples (rloo) or its mean (the REINFORCE++ baseline), and
+which leave a lone sample its raw reward (grpo, whose every advantage is then 0, is A001)."""
+
+
+@rule(
+    "A007", "group-baseline-single-sample", Severity.WARNING,
+    summary="A group baseline (rloo, reinforce_plus_plus_baseline) with one sample per prompt: no baseline at all.",
+    what="Reports `train.advantage_estimator` rloo or reinforce_plus_plus_baseline with "
+    "`rollout.n_samples_per_prompt: 1`.",
+    why="RLOO compares a sample with the mean of the other samples of its prompt, and the REINFORCE++ baseline "
+    "subtracts its prompt group's mean. A prompt with one sample has no others: its baseline is undefined, and "
+    "both estimators (as verl computes them) then keep the raw reward. The run is plain REINFORCE without a "
+    "baseline: every advantage of a 0/1 reward is 0 or positive, the gradient's variance is as high as it "
+    "gets, and the estimator named in the config is not the one running.",
+)
+def group_baseline_single_sample(cfg, derived):
+    estimator = cfg.train.advantage_estimator
+    if estimator in GROUP_BASELINES and cfg.rollout.n_samples_per_prompt == 1:
+        yield Finding(
+            "rollout.n_samples_per_prompt",
+            f"with 1 sample per prompt each {estimator} group has no other samples to form its baseline, so every "
+            "sample keeps its raw reward as its advantage: REINFORCE without a baseline",
+            "set `rollout.n_samples_per_prompt` to 2 or more (4 to 16 is usual), or "
+            "`train.advantage_estimator: reinforce_plus_plus` (its baseline is the whole batch)",
+        )
+
+
+SEQUENCE_CLIP_LIMIT = 0.01
+"""A008's threshold on a sequence ratio's clip: 25 times GSPO's 4e-4, and 1/20 of PPO's token-level 0.2."""
+
+
+@rule(
+    "A008", "gspo-token-clip-range", Severity.WARNING,
+    summary="A sequence-level ratio (GSPO) clipped at a token-level range: the clip never binds.",
+    what=f"Reports `train.importance_ratio: sequence` with `train.clip_eps_low` or `train.clip_eps_high` set "
+    f"above {SEQUENCE_CLIP_LIMIT:g}.",
+    why="GSPO's ratio is the geometric mean of a sequence's token ratios, exp(mean log(π/π_old)): averaging "
+    "over hundreds of tokens keeps it within a fraction of a percent of 1 even when single tokens move by "
+    "tens of percent. A clip range of 0.2, right for token ratios, then never binds, and the update is not "
+    "trust-region limited at all. GSPO (Zheng et al. 2025) clips at 3e-4 below and 4e-4 above, fasync's "
+    "defaults for a sequence ratio.",
+)
+def gspo_token_clip_range(cfg, derived):
+    train = cfg.train
+    if train.importance_ratio != "sequence":
+        return
+    for key in ("clip_eps_low", "clip_eps_high"):
+        value = getattr(train, key)
+        if value is not None and value > SEQUENCE_CLIP_LIMIT:
+            yield Finding(
+                f"train.{key}",
+                f"`train.{key}` {value:g} is a token-level clip range, but `train.importance_ratio: sequence` clips "
+                "the geometric mean of a sequence's token ratios, which stays far closer to 1: the clip never "
+                "binds",
+                f"remove `train.{key}` to take GSPO's default (3e-4 below, 4e-4 above), or set it at most "
+                f"{SEQUENCE_CLIP_LIMIT:g}",
+            )
+
+
+STD_NORMALISED = ("grpo", "reinforce_baseline")
+"""The estimators `train.normalize_advantage_std` applies to."""
+
+
+@rule(
+    "A009", "dr-grpo-with-std-normalisation", Severity.WARNING,
+    summary="Dr. GRPO's loss aggregation with advantages still divided by the group std.",
+    what="Reports `train.loss_aggregation: seq_mean_token_sum_norm` (Dr. GRPO) with "
+    "`train.normalize_advantage_std: true` and an estimator it applies to (grpo, reinforce_baseline).",
+    why="Dr. GRPO (Liu et al. 2025, \"Understanding R1-Zero-Like Training\") removes two biases of GRPO: the "
+    "per-sequence length normalisation, which the constant divisor of seq_mean_token_sum_norm replaces, and the "
+    "division by the group's std, which weights prompts whose rewards barely differ (nearly all right or all "
+    "wrong) far above the rest. Keeping the std half-applies the method: the run is neither GRPO nor Dr. GRPO, "
+    "and results compare with neither.",
+)
+def dr_grpo_with_std_normalisation(cfg, derived):
+    train = cfg.train
+    if (train.loss_aggregation == "seq_mean_token_sum_norm" and train.normalize_advantage_std
+            and train.advantage_estimator in STD_NORMALISED):
+        yield Finding(
+            "train.normalize_advantage_std",
+            "`train.loss_aggregation: seq_mean_token_sum_norm` is Dr. GRPO's, which also drops the division by "
+            f"the group std; `train.normalize_advantage_std` true still divides the {train.advantage_estimator} "
+            "advantages by it",
+            "set `train.normalize_advantage_std: false` (Dr. GRPO), or `train.loss_aggregation: token_mean` to "
+            "keep GRPO's std",
+        )
+
+
+@rule(
+    "A010", "warmup-longer-than-run", Severity.WARNING,
+    summary="A learning-rate warmup that lasts the whole run: the peak rate is never reached.",
+    what="Reports `train.lr_warmup_steps` at or above the run's optimizer steps, `train.num_rollouts` × "
+    "`train.ppo_epochs` × num_steps_per_rollout.",
+    why="Warmup raises the learning rate linearly from `train.lr` / (warmup + 1) to `train.lr`. A warmup as "
+    "long as the run ends before the peak: every step runs at a fraction of the rate the config names (half of "
+    "it on average), and a decay schedule never starts. Usually the warmup was counted in other units "
+    "(samples, or another framework's training steps) or the run was shortened without it.",
+)
+def warmup_longer_than_run(cfg, derived):
+    warmup, total = cfg.train.lr_warmup_steps, derived.total_optimizer_steps
+    if warmup and warmup >= total:
+        yield Finding(
+            "train.lr_warmup_steps",
+            f"`train.lr_warmup_steps` {warmup} is not shorter than the run's {total} optimizer steps: the learning "
+            f"rate never reaches `train.lr` {cfg.train.lr:g} (the last step runs at {total / (warmup + 1):.2g} of it)",
+            f"set `train.lr_warmup_steps` well below {total} (a few percent of the run is usual)",
+        )

@@ -27,6 +27,7 @@ from fasync.modes import ASYNC_MODES
 _TRANSFORMS = {
     "temperature": ("rollout.temperature", "temperature scaling"),
     "top_p": ("rollout.top_p", "the top-p cut and renormalisation"),
+    "top_k": ("rollout.top_k", "the top-k cut and renormalisation"),
 }
 
 

@@ -10,10 +10,10 @@ from fasync.config.derived import Derived
 from fasync.config.schema import FasyncConfig
 
 BEHAVIOUR_LOGPROB_TRANSFORMS: dict[str, frozenset[str]] = {
-    # fasync.rollout.hf_engine: sampling_logprobs(logits, temperature, top_p).
-    "hf": frozenset({"temperature", "top_p"}),
-    # fasync.rollout.vllm_engine: logprobs_mode="processed_logprobs", i.e. after temperature and top-p.
-    "vllm": frozenset({"temperature", "top_p"}),
+    # fasync.rollout.hf_engine: sampling_logprobs(logits, temperature, top_p, top_k).
+    "hf": frozenset({"temperature", "top_p", "top_k"}),
+    # fasync.rollout.vllm_engine: logprobs_mode="processed_logprobs", i.e. after temperature, top-k and top-p.
+    "vllm": frozenset({"temperature", "top_p", "top_k"}),
 }
 """Which sampling transforms each engine's behaviour logprobs include."""
 
@@ -39,6 +39,8 @@ def active_transforms(cfg: FasyncConfig) -> set[str]:
         active.add("temperature")
     if rollout.top_p < 1.0:
         active.add("top_p")
+    if rollout.top_k is not None:
+        active.add("top_k")
     return active
 
 
@@ -49,11 +51,14 @@ def unit(mode: str) -> str:
 
 def worst_lag(cfg: FasyncConfig, derived: Derived) -> str:
     """`Derived.max_lag` (fasync/staleness.py computes it) with its arithmetic where a version spans several
-    steps: "11 optimizer steps (2.75 versions), (staleness 2 + 1) × interval 1 × 4 steps per drain − 1"."""
+    steps: "11 optimizer steps (2.75 versions), (staleness 2 + 1) × interval 1 × 4 steps per drain − 1", with
+    "× 2 epochs" before the "− 1" under `train.ppo_epochs` 2."""
     lag, steps = derived.max_lag, derived.num_steps_per_rollout
     if lag.steps is None or lag.steps_per_version == 1:
         return lag.steps_and_versions()
     per = f"{plural(steps, 'step')} per {unit(cfg.mode)}"
+    if cfg.train.ppo_epochs > 1:
+        per += f" × {cfg.train.ppo_epochs} epochs"
     if cfg.mode == "sync":
         return f"{lag.steps_and_versions()}, {per} − 1"
     return (f"{lag.steps_and_versions()}, (staleness {cfg.async_.max_weight_staleness} + 1) × interval "

@@ -77,3 +77,23 @@ def vllm_temperature_above_two(cfg, derived):
             f"{facts.VLLM_MAX_TEMPERATURE:g}",
             f"set `rollout.temperature` to {facts.VLLM_MAX_TEMPERATURE:g} or less, or use `rollout.engine: hf`",
         )
+
+
+@rule(
+    "G004", "overlong-buffer-exceeds-budget", Severity.ERROR,
+    summary="An overlong buffer as long as the completion budget: every completion is penalised.",
+    what="Reports `reward.overlong_buffer` at or above `rollout.max_new_tokens`.",
+    why="DAPO's overlong shaping lowers the reward of a completion that runs into the last `overlong_buffer` "
+    "tokens of the budget, linearly down to −`overlong_penalty` at the budget. A buffer as long as the budget "
+    "starts the penalty at the first token: every completion, right or wrong, pays in proportion to its length, "
+    "so the run learns mostly to be short, and the reward it reports no longer matches what it optimises.",
+)
+def overlong_buffer_exceeds_budget(cfg, derived):
+    buffer, budget = cfg.reward.overlong_buffer, cfg.rollout.max_new_tokens
+    if buffer is not None and buffer >= budget:
+        yield Finding(
+            "reward.overlong_buffer",
+            f"`reward.overlong_buffer` {buffer} is not shorter than `rollout.max_new_tokens` {budget}: the penalty "
+            "starts at the first token, so every completion is penalised for its length",
+            f"set `reward.overlong_buffer` below {budget} (DAPO: 4,096 of 20,480 tokens, a fifth)",
+        )

@@ -119,3 +119,24 @@ def vllm_cpu_head_size(cfg, derived):
         "use a model with one of those head sizes, `rollout.engine: hf` (the torch engine runs any), or vLLM on GPUs "
         "(`resources.gpus_per_engine: 1`)",
     )
+
+
+@rule(
+    "M006", "lora-with-fsdp2", Severity.ERROR,
+    summary="LoRA adapters with sharded training: not supported.",
+    what="Reports `model.lora` when the trainer would shard the model with fsdp2 (`train.strategy: fsdp2`, or its "
+    "default for a large model over several GPU ranks).",
+    why="fasync injects the adapters into the whole model and merges them into the weights it sends to the "
+    "engines (fasync/model/lora.py); it has not been built or tested for adapters over fsdp2's sharded parameters, "
+    "and would fail at the first weight sync. Adapters train few parameters, so a replicated model (ddp) with its "
+    "frozen weights is usually what fits anyway.",
+)
+def lora_with_fsdp2(cfg, derived):
+    if cfg.model.lora is not None and derived.train_strategy == "fsdp2":
+        key = "train.strategy" if cfg.train.strategy is not None else "model.lora"
+        yield Finding(
+            key,
+            "`model.lora` with fsdp2 sharding: fasync merges adapters only into a whole (ddp) model",
+            "set `train.strategy: ddp` (every rank keeps the frozen weights; only the adapters have gradients and "
+            "AdamW state), or remove `model.lora`",
+        )

@@ -61,13 +61,13 @@ def trivial_target_reward(cfg, derived):
     "P003", "checkpoint-never-saved", Severity.WARNING,
     summary="No checkpoint is taken before the run ends.",
     what="Reports `checkpoint.every` (optimizer steps) above the run's optimizer steps, "
-    "`train.num_rollouts` × `num_steps_per_rollout`.",
+    "`train.num_rollouts` × `train.ppo_epochs` × `num_steps_per_rollout`.",
     why="A checkpoint is written once another `checkpoint.every` optimizer steps were taken, and at a stop; a "
     "period longer than the run is never reached, so a run killed (preempted, out of memory) before its end "
     "cannot be resumed and loses everything. Setting `every` at all says a checkpoint was wanted.",
 )
 def checkpoint_never_saved(cfg, derived):
-    every, steps = cfg.checkpoint.every, cfg.train.num_rollouts * derived.num_steps_per_rollout
+    every, steps = cfg.checkpoint.every, derived.total_optimizer_steps
     if every > steps:
         yield Finding(
             "checkpoint.every",

@@ -3,7 +3,7 @@
 A weight version is one weight sync (every `async.update_weights_interval` rollouts or drains); a
 sample's staleness is the trainer's version minus the oldest version that produced any of its
 tokens. Lags are stated in optimizer steps, from `Derived.max_lag` (fasync/staleness.py): one version
-spans interval × num_steps_per_rollout steps.
+spans interval × num_steps_per_rollout × ppo_epochs steps.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from fasync.staleness import max_lag
     what="Reports, in async and fully_async, more than one optimizer step per rollout (fully_async: per drain), "
     "whether `train.num_steps_per_rollout` says so or it is derived (samples per rollout // "
     "`train.global_batch_size`). With `async.max_weight_staleness` set, the message gives the worst policy lag "
-    "in optimizer steps, (staleness + 1) × `async.update_weights_interval` × steps − 1, next to the lag one "
+    "in optimizer steps, (staleness + 1) × `async.update_weights_interval` × steps × `train.ppo_epochs` − 1, "
+    "next to the lag one "
     "step per rollout would give; with no bound the lag is unbounded, which is worse. The suggested fixes fit "
     "the mode (the dynamic global batch only where it is not redundant), and only fixes that leave no new "
     "warning are offered.",
@@ -45,7 +46,7 @@ def multi_step_staleness(cfg, derived):
         lag = (f"with no staleness bound (`async.max_weight_staleness` null) the policy lag is unbounded, and every "
                f"version spans {plural(derived.max_lag.steps_per_version, 'optimizer step')}")
     else:
-        one_step = max_lag(cfg.mode, bound, 1, cfg.async_.update_weights_interval)
+        one_step = max_lag(cfg.mode, bound, 1, cfg.async_.update_weights_interval, cfg.train.ppo_epochs)
         lag = (f"under `async.max_weight_staleness` {bound} the worst policy lag is {worst_lag(cfg, derived)}, where "
                f"one step per {per} would give {one_step.steps_and_versions()}")
     yield Finding(
@@ -200,10 +201,11 @@ def weights_never_synced(cfg, derived):
     summary="`async.update_weights_interval` > 1: the staleness bound counts syncs, not optimizer steps.",
     what="Reports, in async and fully_async with `async.max_weight_staleness` set, an "
     "`async.update_weights_interval` above 1. The message gives how many optimizer steps one version spans "
-    "and the worst policy lag in optimizer steps: (staleness + 1) × interval × steps per rollout − 1.",
+    "and the worst policy lag in optimizer steps: (staleness + 1) × interval × steps per rollout × "
+    "`train.ppo_epochs` − 1.",
     why="A weight version advances once per sync. With an interval of k, the trainer takes k × "
     "num_steps_per_rollout optimizer steps per version, and staleness (like the `staleness_max` metric) does "
-    "not see the steps between syncs: even a staleness of 0 is then off-policy by up to k × steps − 1 "
+    "not see the steps between syncs: even a staleness of 0 is then off-policy by up to k × steps × epochs − 1 "
     "updates. The bound no longer says how off-policy the data is.",
 )
 def sync_interval_hides_lag(cfg, derived):
@@ -218,6 +220,34 @@ def sync_interval_hides_lag(cfg, derived):
         f"`async.max_weight_staleness` {bound} the worst policy lag is {worst_lag(cfg, derived)}",
         "set `async.update_weights_interval: 1`, or choose `async.max_weight_staleness` knowing that one version "
         f"is {plural(per_version, 'optimizer step')}",
+    )
+
+
+@rule(
+    "S009", "epochs-stretch-staleness", Severity.WARNING,
+    summary="Several PPO epochs in an async mode: each pass adds its optimizer steps to the lag.",
+    what="Reports, in async and fully_async with `async.max_weight_staleness` set, `train.ppo_epochs` above 1. "
+    "The message gives the worst policy lag in optimizer steps, (staleness + 1) × interval × steps per "
+    "rollout × epochs − 1, next to the lag one epoch would give.",
+    why="Every epoch passes over the same rollout again with its own optimizer steps, and the weights reach the "
+    "engines only after the last one: one version spans epochs times as many optimizer steps, and a sample "
+    "admitted at the bound's limit is trained on by policies that many steps further from the one that "
+    "sampled it. The staleness bound, and the `staleness_max` metric, count versions and do not see it. "
+    "Several epochs trade sample reuse for off-policyness; that trade is fine in sync (PPO's own), but in the "
+    "async modes it stacks on the staleness the bound allows.",
+)
+def epochs_stretch_staleness(cfg, derived):
+    bound, epochs = cfg.async_.max_weight_staleness, cfg.train.ppo_epochs
+    if cfg.mode not in ASYNC_MODES or bound is None or epochs == 1 or _never_synced(cfg):
+        return
+    one_epoch = max_lag(cfg.mode, bound, derived.num_steps_per_rollout, cfg.async_.update_weights_interval)
+    yield Finding(
+        "train.ppo_epochs",
+        f"`train.ppo_epochs` {epochs}: each {unit(cfg.mode)} takes {plural(derived.optimizer_steps_per_rollout, 'optimizer step')}, "
+        f"so within `async.max_weight_staleness` {bound} the worst policy lag is {worst_lag(cfg, derived)}, "
+        f"against {one_epoch.steps_and_versions()} with one epoch",
+        f"set `train.ppo_epochs: 1`, or lower `async.max_weight_staleness` knowing that one version is "
+        f"{plural(derived.max_lag.steps_per_version, 'optimizer step')}",
     )
 
 
@@ -243,7 +273,8 @@ def sliced_completions_outlive_bound(cfg, derived):
         return
     fate = "regenerated" if cfg.async_.stale_policy == "regenerate" else "dropped"
     raise_bound = f"`async.max_weight_staleness: {calls}`"
-    raised = max_lag(cfg.mode, calls, derived.num_steps_per_rollout, cfg.async_.update_weights_interval)
+    raised = max_lag(cfg.mode, calls, derived.num_steps_per_rollout, cfg.async_.update_weights_interval,
+                     cfg.train.ppo_epochs)
     raise_bound += f" (a worst policy lag of {raised.steps_and_versions()}, against {derived.max_lag.steps_and_versions()} now)"
     fix = (f"set `async.tokens_per_call: {-(-longest // bound)}` or more (at most {bound} calls per completion), "
            f"or {raise_bound}" if bound > 0 else f"set {raise_bound}")

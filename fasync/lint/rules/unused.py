@@ -46,7 +46,7 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
         yield "rollout", ["vllm_cpu_kv_cache_gb"], "it sizes the KV cache of vLLM engines on CPU, and there are none", \
             "`rollout.engine: vllm` with `resources.gpus_per_engine: 0`"
     if rollout.temperature == 0:
-        yield "rollout", ["top_p"], "greedy decoding (`rollout.temperature` 0) takes the most likely token", \
+        yield "rollout", ["top_p", "top_k"], "greedy decoding (`rollout.temperature` 0) takes the most likely token", \
             "a `rollout.temperature` above 0"
     if cfg.train.use_dynamic_global_batch_size:
         yield "train", ["global_batch_size"], "`train.use_dynamic_global_batch_size` makes each rollout one step", \
@@ -60,6 +60,14 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     else:
         yield "data", ["format", "prompt_key", "label_key"], "they describe a dataset file, and `data.path` is " \
             "null", "a dataset file in `data.path`"
+    estimator = cfg.train.advantage_estimator
+    if estimator not in ("grpo", "reinforce_baseline"):
+        how = "never divides by a std" if estimator == "rloo" else "always whitens over the batch's tokens"
+        yield "train", ["normalize_advantage_std"], f"`train.advantage_estimator: {estimator}` {how}", \
+            "`train.advantage_estimator` grpo or reinforce_baseline"
+    if cfg.reward.overlong_buffer is None:
+        yield "reward", ["overlong_penalty"], "it sizes the overlong shaping, and `reward.overlong_buffer` is null", \
+            "a `reward.overlong_buffer`"
     if cfg.correction.level == "none":
         yield "correction", ["weight_upper", "weight_lower", "batch_normalize"], \
             "they shape importance weights, and `correction.level` is none", "`correction.level: token` or sequence"
@@ -71,7 +79,7 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     what="Reports keys written in the config that the code ignores given the other settings: async keys in "
     "sync mode, queue and partial-rollout keys outside fully_async, `async.tokens_per_call` without partial rollout "
     "or with the vLLM engine (which streams requests in fully_async), dynamic-sampling sizes without dynamic "
-    "sampling, `top_p` under greedy decoding, `train.global_batch_size` under the dynamic global batch, "
+    "sampling, `top_p` and `top_k` under greedy decoding, `reward.overlong_penalty` without an overlong buffer, `train.normalize_advantage_std` with an estimator it does not apply to, `train.global_batch_size` under the dynamic global batch, "
     "embedded-model keys with `model.path`, built-in-task keys with `data.path` (and JSONL keys without), "
     "weight-shaping keys with `correction.level: none`. Only keys some layer sets are reported, not defaults.",
     why="A setting that does nothing reads as if it did: a reviewer (or you, later) believes the run has "
