@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -94,3 +95,57 @@ def test_a_rotating_sample_of_kills_resumes_with_an_exact_ledger(tmp_path, mode)
         if not result.held:
             failed.append(f"{case.name}: {result.verdict}")
     assert not failed, f"seed {seed}:\n" + "\n".join(failed)
+
+
+AGENTIC_ROLLOUTS = 8
+AGENTIC = {
+    "mode": "fully_async",
+    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 48},
+    "data": {"task": "reverse", "length": 1},
+    "rollout": {"env": "guess_number:GuessNumber", "max_turns": 3, "max_new_tokens": 2, "max_observation_tokens": 8,
+                "batch_size": 4, "n_samples_per_prompt": 4},
+    "train": {"global_batch_size": 8, "micro_batch_size": 8, "num_rollouts": AGENTIC_ROLLOUTS, "lr": 3e-3,
+              "target_reward": None},
+    "async": {"max_weight_staleness": 2, "partial_rollout": True},
+    "correction": {"level": "token"},
+    "checkpoint": {"every": 2, "keep": 1},
+    "logging": {"progress": "none"},
+}
+"""Guess the number in fully_async: up to three model turns a trajectory, a checkpoint after every drain."""
+AGENTIC_KILL = "agent_step:250"
+"""The rollouter's 250th step of a trajectory (after a model turn, before its environment answers). Admission lets
+the rollouter run at most `max_weight_staleness` + 1 drains ahead of the weights: at most 3 drains × 16
+trajectories × 3 turns = 144 steps before the first weight sync and 192 before the second, so the 250th comes after
+the first drain's checkpoint, and the run's 8 drains take about 8 × 16 × 2.7 = 350."""
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.timeout(1200)
+def test_a_kill_mid_trajectory_resumes_the_trajectories_in_flight_with_an_exact_ledger(tmp_path):
+    """SIGKILL while the rollouter's trajectories are between their turns; the checkpoint the resume starts from
+    holds trajectories in flight with their turns so far, the resumed run finishes and `fasync ledger` passes."""
+    import shutil
+
+    import yaml
+
+    from fasync import checkpoint
+    from fasync.checkpoint.state import load_driver_state
+    from fasync.drivers import driver_state_types
+
+    km = matrix()
+    shutil.copy(REPO / "examples" / "agentic" / "guess_number.py", tmp_path)
+    config = tmp_path / "agentic.yaml"
+    config.write_text(yaml.safe_dump(AGENTIC, sort_keys=False))
+    run_dir = tmp_path / "run"
+    killed = km._fasync(["train", str(config), "--run-dir", str(run_dir)], AGENTIC_KILL)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
+    state = load_driver_state(checkpoint.latest(run_dir), driver_state_types())
+    in_progress = [point for group in state["mode"]["rollouter"]["in_flight"] for point in group.in_progress.values()]
+    assert any(point.stats.turns >= 1 and any(point.request.loss_mask) for point in in_progress), \
+        "the checkpoint kept no trajectory part-way through its turns"
+    resumed = km._fasync(["train", "--resume", str(run_dir)])
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["outcome"] == "finished" and summary["optimizer_steps"] == AGENTIC_ROLLOUTS * 2
+    assert km._ledger(run_dir, "held", ended=True) == "held"
