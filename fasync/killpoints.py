@@ -35,6 +35,8 @@ POINTS = {
     "engine_load": "an engine, in the middle of loading new weights",
     "trainer_step": "a trainer rank, between two optimizer steps of a rollout",
     "rollouter_snapshot": "the rollouter (fully_async), in the middle of a checkpoint's snapshot",
+    "agent_step": "the multi-turn loop (the rollouter in fully_async), after a model turn, before its tool calls "
+                  "or environment step (mid-trajectory)",
 }
 """Every kill point, and where it is."""
 

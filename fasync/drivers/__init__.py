@@ -42,14 +42,17 @@ DRIVERS: dict[str, type[Driver]] = {driver.mode: driver for driver in (SyncDrive
 
 def driver_state_types() -> list:
     """Every class of the drivers' own that driver.pt holds (`fasync.checkpoint.run.DriverState`): the mode's
-    prompt groups and generations, and the learning signal. driver.pt is read allowing only these
+    prompt groups and generations (agentic: the trajectories' outcomes and those in flight), and the learning
+    signal. driver.pt is read allowing only these
     (`fasync.checkpoint.safe_load`)."""
     from fasync.drivers.generation import RolloutBatch
     from fasync.metrics.signal import LearningSignal
     from fasync.rollout.groups import PromptGroup
+    from fasync.rollout.trajectory import Outcome, SavedTrajectory, TrajectoryStats
     from fasync.rollout.types import Generation, GroupId, Sample
 
-    return [GroupId, Generation, Sample, PromptGroup, RolloutBatch, LearningSignal,
+    return [GroupId, Generation, Sample, PromptGroup, RolloutBatch, LearningSignal, Outcome, SavedTrajectory,
+            TrajectoryStats,
             # async driver.pt files written before RolloutBatch moved to fasync.drivers.generation
             (RolloutBatch, "fasync.drivers.common.RolloutBatch")]
 

@@ -25,14 +25,14 @@ import numbers
 import pickle
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from fasync.config.schema import FasyncConfig
 from fasync.data.rewards import MAX_REWARD
 from fasync.errors import ConfigurationError
-from fasync.rollout.trajectory import Trajectory, Turn
+from fasync.rollout.trajectory import PlainData, SavedTrajectory, Trajectory, Turn, is_plain
 from fasync.rollout.types import Generation, GroupId, SamplingParams
 from fasync.wire import pack, unpack
 
@@ -54,10 +54,27 @@ class Task:
     tokenizer: Any
     """`encode`, `decode`, `render_chat`, `stop_token_ids`: fasync.model.tokenizer."""
     config: FasyncConfig
+    saved: Optional[SavedTrajectory] = None
+    """What a checkpoint kept of this trajectory in flight (`save`), for the function to go on from after a
+    resume; None: the trajectory starts from the prompt."""
+    keep: Callable[[Optional[SavedTrajectory]], None] = field(default=lambda saved: None, repr=False)
+    """Where `save` puts the trajectory's point to go on from: its group, which a checkpoint saves."""
 
     def trajectory(self) -> Trajectory:
         """An empty trajectory of this task's request, for the function to extend and return."""
         return Trajectory(self.request)
+
+    def save(self, trajectory: Trajectory, state: PlainData) -> bool:
+        """Mark where this trajectory stands now as a point to go on from: a checkpoint taken before the next
+        `save` keeps its tokens so far (loss mask, behaviour logprobs, versions), reward and stats, and `state`,
+        which the function needs to go on (plain data: a checkpoint is read as data only); a resumed run hands
+        them back as `saved`. A `state` that is not plain data forgets the point instead, and returns False: a
+        checkpoint then restarts the trajectory from its prompt, as it does a function that never saves."""
+        if not is_plain(state):
+            self.keep(None)
+            return False
+        self.keep(trajectory.saved(state))
+        return True
 
 
 RolloutFunction = Callable[[Task, "EngineClient"], Awaitable[Trajectory]]
@@ -170,11 +187,19 @@ class AgentRunner:
         become the finished trajectories."""
         trajectories = await asyncio.gather(*(self._trajectory(group, request, client) for request in group.requests))
         group.requests = [trajectory.request for trajectory in trajectories]
+        group.in_progress = {}
         group.outcomes = [trajectory.outcome for trajectory in trajectories]
         return group
 
     async def _trajectory(self, group, request: Generation, client: EngineClient) -> Trajectory:
-        task = Task(group.group_id, group.prompt, group.label, request.prompt_ids, request, self.tokenizer, self.cfg)
+        def keep(saved: Optional[SavedTrajectory]) -> None:
+            if saved is None:
+                group.in_progress.pop(request.request_id, None)
+            else:
+                group.in_progress[request.request_id] = saved
+
+        task = Task(group.group_id, group.prompt, group.label, request.prompt_ids, request, self.tokenizer, self.cfg,
+                    group.in_progress.get(request.request_id), keep)
         try:
             trajectory = await self.function(task, client)
         except (ConfigurationError, asyncio.CancelledError):

@@ -14,16 +14,23 @@ at once with a timeout each, and a turn without any goes to `step`, whose messag
 reward is the sum of its steps' rewards (a final reward is a last step's; per-turn rewards add up). It ends when a
 step says done, or truncated: after `rollout.max_turns` model turns, or when the next observation would pass the
 trajectory's token budget (`rollout.max_trajectory_tokens`, and never past the model's context).
+
+Before each model turn the loop saves the trajectory and its environment's attributes (`Task.save`): a checkpoint
+in fully_async keeps that point, and the resumed run goes on from it, generating again the turn the trajectory was
+in (or running again the tools or step it was waiting on), since only between turns do the tokens and the
+environment's state agree.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import time
 from dataclasses import dataclass, field, replace
 
 from fasync.config.schema import FasyncConfig
 from fasync.errors import ConfigurationError
+from fasync.killpoints import kill_point
 from fasync.rollout.agent import EngineClient, Task, import_object
 from fasync.rollout.tools import TOOL_PARSERS, run_tool_calls
 from fasync.rollout.trajectory import Trajectory, observation_ids, turn_end_id
@@ -50,6 +57,13 @@ def check_environment(env_class, spec: str) -> None:
         raise ConfigurationError(f"rollout.env: {spec}.tools must map tool names to functions")
 
 
+def environment_state(env) -> dict:
+    """What a checkpoint keeps of an environment: its instance attributes but `tools` (which its constructor
+    builds again). Where one is not plain data, `Task.save` keeps nothing, and a resume restarts the trajectory
+    from its prompt."""
+    return {name: value for name, value in vars(env).items() if name != "tools"}
+
+
 class EnvironmentRollout:
     """The rollout function of `rollout.env`."""
 
@@ -71,24 +85,33 @@ class EnvironmentRollout:
 
     async def __call__(self, task: Task, engine: EngineClient) -> Trajectory:
         env = self.env_class()
-        tools = getattr(env, "tools", {})
         tokenizer = task.tokenizer
         if self.turn_end is None:
             self.turn_end = turn_end_id(tokenizer)
-        started = time.monotonic()
-        first = await env.reset(task)
-        # The environment's first messages are the trajectory's prompt; none: the dataset's prompt.
-        trajectory = Trajectory(replace(task.request, prompt_ids=tokenizer.render_chat(list(first), True))) \
-            if first else task.trajectory()
+        if task.saved is not None:
+            # Resumed from a checkpoint: the trajectory and its environment as they stood before the model turn it
+            # was in (or waited on the tools of).
+            trajectory = task.saved.trajectory()
+            vars(env).update(copy.deepcopy(task.saved.state))
+        else:
+            started = time.monotonic()
+            first = await env.reset(task)
+            # The environment's first messages are the trajectory's prompt; none: the dataset's prompt.
+            trajectory = Trajectory(replace(task.request, prompt_ids=tokenizer.render_chat(list(first), True))) \
+                if first else task.trajectory()
+            trajectory.reward = 0.0
+            trajectory.stats.env_time_s += time.monotonic() - started
+        tools = getattr(env, "tools", {})
         stats = trajectory.stats
-        stats.env_time_s += time.monotonic() - started
         budget = self.token_budget if self.max_context is None else \
             min(self.token_budget, self.max_context - len(trajectory.request.prompt_ids))
-        reward, done = 0.0, False
+        done = False
         while not done:
             left = budget - trajectory.output_length
             if stats.turns == self.max_turns or left <= 1:
                 break
+            # The point a checkpoint goes on from: between two turns the tokens and the environment agree.
+            task.save(trajectory, environment_state(env))
             # One token of room kept for closing a turn cut at its budget.
             turn = await engine.generate(trajectory.context, min(self.max_new_tokens, left - 1))
             trajectory.add_turn(turn)
@@ -98,6 +121,7 @@ class EnvironmentRollout:
                 trajectory.add_observation([self.turn_end])
             text = tokenizer.decode(turn.token_ids)
             calls = self.parse(text)
+            kill_point("agent_step")
             if calls:
                 observation = await run_tool_calls(calls, tools, self.tool_timeout_s, stats)
             else:
@@ -106,7 +130,7 @@ class EnvironmentRollout:
                 stats.env_time_s += time.monotonic() - started
                 observation, step_reward, done = step if isinstance(step, tuple) else \
                     (step.observation, step.reward, step.done)
-                reward += float(step_reward)
+                trajectory.reward += float(step_reward)
             if done or not observation:
                 continue
             tokens = observation_ids(tokenizer, self._cut(tokenizer, observation))
@@ -114,7 +138,6 @@ class EnvironmentRollout:
                 break
             trajectory.add_observation(tokens)
         stats.truncated = not done
-        trajectory.reward = reward
         trajectory.finish("stop" if done else "length")
         return trajectory
 

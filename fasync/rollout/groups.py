@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from fasync.config.schema import FasyncConfig
 from fasync.data.rewards import RewardInput
 from fasync.data.scoring import RewardFailed, RewardRunner
-from fasync.rollout.trajectory import Outcome
+from fasync.rollout.trajectory import Outcome, SavedTrajectory
 from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams, trained_mask, trained_versions
 
 
@@ -25,6 +25,9 @@ class PromptGroup:
     """The prompt's index in the dataset (`PromptDataset.location` names its file and line)."""
     outcomes: list[Outcome] = field(default_factory=list)
     """Agentic rollouts (`fasync.rollout.agent`): each finished trajectory's reward and stats, as `requests`."""
+    in_progress: dict[int, SavedTrajectory] = field(default_factory=dict)
+    """Agentic rollouts in flight: each trajectory's last point to go on from (`fasync.rollout.agent.Task.save`), by
+    its request's id; a checkpoint keeps them and a resumed run's trajectories go on from them."""
     reward_failure: str | None = None
     """Why the reward could not score one of its completions (`reward.on_error: drop`): the group is dropped."""
 
@@ -47,8 +50,11 @@ class PromptGroup:
 
     @property
     def oldest_token_version(self) -> int | None:
-        """The oldest weight version behind any trained token generated so far; None before the first token."""
-        return min((v for req in self.requests if req.token_versions
+        """The oldest weight version behind any trained token generated so far (a trajectory in flight: as far as
+        its last saved point); None before the first token."""
+        requests = [self.in_progress[req.request_id].request if req.request_id in self.in_progress else req
+                    for req in self.requests]
+        return min((v for req in requests if req.token_versions
                     for v in trained_versions(req.token_versions, req.loss_mask)), default=None)
 
 

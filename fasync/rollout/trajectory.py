@@ -11,6 +11,7 @@ conversation at once.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Optional
@@ -47,6 +48,9 @@ class TrajectoryStats:
     truncated: bool = False
     """The trajectory ran out of turns or tokens before the environment said it was done."""
 
+    def copy(self) -> "TrajectoryStats":
+        return replace(self, tool_errors=Counter(self.tool_errors))
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -55,6 +59,39 @@ class Outcome:
 
     reward: Optional[float]
     stats: TrajectoryStats
+
+
+PlainData = None | bool | int | float | str | list | tuple | dict
+"""What a checkpoint keeps of a rollout function's own state: a checkpoint is read back as data only
+(`fasync.checkpoint.safe_load`), so no object of the function's classes."""
+
+
+def is_plain(value) -> bool:
+    """Whether `value` is plain data: None, booleans, numbers, strings, and lists, tuples and string-keyed dicts of
+    plain data."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(is_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and is_plain(item) for key, item in value.items())
+    return False
+
+
+@dataclass(frozen=True)
+class SavedTrajectory:
+    """A trajectory in flight as a checkpoint keeps it (`fasync.rollout.agent.Task.save`): its tokens so far with
+    their loss mask, behaviour logprobs and per-token versions, its reward and stats so far, and the plain `state`
+    its rollout function needs to go on from there."""
+
+    request: Generation
+    reward: Optional[float]
+    stats: TrajectoryStats
+    state: PlainData
+
+    def trajectory(self) -> "Trajectory":
+        """The trajectory to go on with (its stats a copy: the saved point stays as it was)."""
+        return Trajectory(self.request, self.reward, self.stats.copy())
 
 
 @dataclass
@@ -91,6 +128,10 @@ class Trajectory:
         self.request = replace(req, output_ids=req.output_ids + token_ids, logprobs=req.logprobs + [0.0] * len(token_ids),
                                token_versions=req.token_versions + [version] * len(token_ids),
                                loss_mask=trained_mask(req.loss_mask, len(req.output_ids)) + [False] * len(token_ids))
+
+    def saved(self, state: PlainData) -> SavedTrajectory:
+        """This trajectory as it stands, with `state`, for a checkpoint (copied: it goes on changing)."""
+        return SavedTrajectory(self.request, self.reward, self.stats.copy(), copy.deepcopy(state))
 
     @property
     def outcome(self) -> Outcome:

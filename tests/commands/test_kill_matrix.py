@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -94,3 +95,75 @@ def test_a_rotating_sample_of_kills_resumes_with_an_exact_ledger(tmp_path, mode)
         if not result.held:
             failed.append(f"{case.name}: {result.verdict}")
     assert not failed, f"seed {seed}:\n" + "\n".join(failed)
+
+
+AGENTIC_ROLLOUTS = 8
+SLOW_ENVIRONMENT = """
+import asyncio
+
+from fasync.rollout.env_loop import Step
+
+
+class SlowCount:
+    \"\"\"Three turns whatever the model says, each answered after 0.3 to 1.2 s by the prompt's digit: trajectories
+    spend most of their time between turns, generation (not training) sets the run's pace, and groups end at
+    different times, so that a checkpoint finds trajectories part-way through their turns.\"\"\"
+
+    async def reset(self, task):
+        self.turns, self.delay_s = 0, 0.3 * (1 + int(task.label) % 4)
+        return [{"role": "user", "content": "count"}]
+
+    async def step(self, model_text):
+        await asyncio.sleep(self.delay_s)
+        self.turns += 1
+        return Step([{"role": "user", "content": str(self.turns)}], float(model_text.strip()[:1] == str(self.turns)),
+                    done=self.turns == 3)
+"""
+AGENTIC = {
+    "mode": "fully_async",
+    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 48},
+    "data": {"task": "reverse", "length": 1},
+    "rollout": {"env": "slow_count:SlowCount", "max_turns": 3, "max_new_tokens": 2, "max_observation_tokens": 8,
+                "batch_size": 4, "n_samples_per_prompt": 4},
+    "train": {"global_batch_size": 16, "micro_batch_size": 16, "num_rollouts": AGENTIC_ROLLOUTS, "lr": 3e-3,
+              "target_reward": None},
+    "async": {"max_weight_staleness": 2, "partial_rollout": True},
+    "correction": {"level": "token"},
+    "checkpoint": {"every": 1, "keep": 1},
+    "logging": {"progress": "none"},
+}
+"""Three model turns a trajectory, one drain's trajectories generating at once, a checkpoint after every drain."""
+AGENTIC_KILL = "agent_step:250"
+"""The rollouter's 250th step of a trajectory (after a model turn, before its environment answers): 48 a drain,
+so in the sixth drain's generation. Admission keeps the rollouter at most `max_weight_staleness` + 1 drains ahead
+of the trainer, whose checkpoints after the first drains are then written."""
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.timeout(1200)
+def test_a_kill_mid_trajectory_resumes_the_trajectories_in_flight_with_an_exact_ledger(tmp_path):
+    """SIGKILL while the rollouter's trajectories are between their turns; the checkpoint the resume starts from
+    holds trajectories in flight with their turns so far, the resumed run finishes and `fasync ledger` passes."""
+    import yaml
+
+    from fasync import checkpoint
+    from fasync.checkpoint.state import load_driver_state
+    from fasync.drivers import driver_state_types
+
+    km = matrix()
+    (tmp_path / "slow_count.py").write_text(SLOW_ENVIRONMENT)
+    config = tmp_path / "agentic.yaml"
+    config.write_text(yaml.safe_dump(AGENTIC, sort_keys=False))
+    run_dir = tmp_path / "run"
+    killed = km._fasync(["train", str(config), "--run-dir", str(run_dir)], AGENTIC_KILL)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
+    state = load_driver_state(checkpoint.latest(run_dir), driver_state_types())
+    in_progress = [point for group in state["mode"]["rollouter"]["in_flight"] for point in group.in_progress.values()]
+    assert any(point.stats.turns >= 1 and any(point.request.loss_mask) for point in in_progress), \
+        "the checkpoint kept no trajectory part-way through its turns"
+    resumed = km._fasync(["train", "--resume", str(run_dir)])
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["outcome"] == "finished" and summary["optimizer_steps"] == AGENTIC_ROLLOUTS
+    assert km._ledger(run_dir, "held", ended=True) == "held"

@@ -1,6 +1,8 @@
 """`fasync check --preflight` on agentic configs: the rollout function or environment must import from where
 `fasync train` looks for it (E008), found beside the config as a reward module is."""
 
+import json
+
 from paths import REPO
 
 from fasync import preflight
@@ -40,3 +42,26 @@ def test_the_example_configs_check_clean():
 
     for path in sorted((REPO / "examples" / "agentic").glob("*.yaml")):
         assert [d.message for d in lint(load_config(path, []))] == [], path
+
+
+def t003(tmp_path, template) -> list:
+    from fasync.lint.engine import lint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    path = tmp_path / "run.yaml"
+    path.write_text(f"model:\n  path: {model}\nrollout:\n  env: my_env:Env\n")
+    return [d for d in lint(load_config(path, [])) if d.code == "T003"]
+
+
+def test_a_template_that_writes_calls_in_another_format_than_the_parser_reads_is_reported_at_the_parser(tmp_path):
+    llama = ("{% for m in messages %}{% if m.role == 'tool' or m.role == 'ipython' %}<|start_header_id|>ipython"
+             "{% elif m.tool_calls %}<|python_tag|>{{ m.tool_calls[0].function | tojson }}{% endif %}{% endfor %}")
+    (found,) = t003(tmp_path, llama)
+    assert found.key == "rollout.tool_parser" and "without `<tool_call>`" in found.message
+
+
+def test_named_templates_are_read_tool_use_first_and_a_hermes_template_is_clean(tmp_path):
+    hermes = "{% for m in messages %}{% if m.role == \"tool\" %}<tool_response>{% endif %}<tool_call>{% endfor %}"
+    assert t003(tmp_path, [{"name": "default", "template": "{{ messages }}"}, {"name": "tool_use", "template": hermes}]) == []

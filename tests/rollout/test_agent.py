@@ -12,6 +12,7 @@ from sections import tiny_config
 
 from fasync.errors import ConfigurationError
 from fasync.launch.plan import resolve
+from fasync.rollout.env_loop import Step
 from fasync.rollout.groups import build_factory
 from fasync.rollout.rollouter import Rollouter
 from fasync.rollout.trajectory import observation_ids
@@ -36,6 +37,23 @@ async def two_turns(task, engine):
     trajectory.add_turn(await engine.generate(trajectory.context, max_new_tokens=2))
     trajectory.reward = 1.0
     return trajectory
+
+
+class GatedGame:
+    """An environment of up to three turns: each step scores 1 and counts itself; its second step waits on
+    `gate["tool"]` (when set), done after two steps. Its step count is what a checkpoint must keep."""
+
+    async def reset(self, task):
+        self.steps = 0
+        return [{"role": "user", "content": "1"}]
+
+    async def step(self, model_text):
+        global waiting_on_tool
+        self.steps += 1
+        if self.steps == 2 and "tool" in gate:
+            waiting_on_tool += 1
+            await gate["tool"].wait()
+        return Step([{"role": "user", "content": "2"}], reward=1.0, done=self.steps == 2)
 
 
 def not_async(task, engine):
@@ -185,6 +203,83 @@ def test_a_checkpoint_mid_trajectory_restarts_it_and_the_ledger_proves_nothing_l
     result = audit(path)
     assert result.ok, result.report()
     assert result.states["trained"] == 2 * cfg.rollout.batch_size  # groups: two drains
+    assert second.ledger.balanced
+
+
+def test_a_checkpoint_mid_trajectory_keeps_its_turns_and_the_resumed_run_goes_on_from_its_last_model_turn():
+    """Snapshot while every trajectory waits on its second step: the resumed run keeps the first turn's tokens as
+    sampled (version 0), the environment's step count and the reward so far, generates the second turn again
+    (version 1) and finishes the trajectory; the ledger counts each group once."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from fasync.metrics.ledger import audit
+
+    global waiting_on_tool
+    waiting_on_tool = 0
+    cfg = tiny_config(mode="fully_async", model={"max_seq_len": 64}, **{
+        "rollout": {"batch_size": 2, "n_samples_per_prompt": 2, "max_new_tokens": 8, "env": "test_agent:GatedGame",
+                    "max_turns": 3, "max_observation_tokens": 8},
+        "async": {"max_weight_staleness": None, "max_queue_size": 8}})
+    factory = build_factory(resolve(cfg))
+    end_id = factory.tokenizer.stop_token_ids[-1]
+    first = Rollouter(resolve(cfg), [TurnEngine(end_id)], factory)
+
+    async def before_the_kill():
+        gate["tool"] = asyncio.Event()
+        running = asyncio.create_task(first.run())
+        while waiting_on_tool < 2:
+            await asyncio.sleep(0.01)
+        snapshot = unpack(await first.snapshot())
+        await first.stop()
+        await running
+        return snapshot
+
+    try:
+        snapshot = asyncio.run(before_the_kill())
+    finally:
+        gate.clear()
+    journal = snapshot.pop("journal")
+    saved = {group.group_id: group.in_progress for group in snapshot["in_flight"] if group.in_progress}
+    points = [point for in_progress in saved.values() for point in in_progress.values()]
+    assert len(points) >= 2 and all(point.stats.turns == 1 and point.reward == 1.0 and point.state == {"steps": 1}
+                                    for point in points)
+    assert all(group.oldest_token_version == 0 for group in snapshot["in_flight"] if group.in_progress)
+
+    engine = TurnEngine(end_id)
+    engine.version = 1
+    second = Rollouter(resolve(cfg), [engine], build_factory(resolve(cfg)))
+
+    async def after_the_resume():
+        journal.extend(await second.restore(pack({**snapshot, "journal": []})))
+        running = asyncio.create_task(second.run())
+        taken = []
+        for _ in range(2):
+            groups, _ = unpack(await second.take(cfg.rollout.batch_size, train_version=1))
+            second.report_trained([g.group_id for g in groups], len(groups) * 2, len(groups) * 2)
+            taken += groups
+        await second.stop()
+        await running
+        return taken
+
+    taken = asyncio.run(after_the_resume())
+    journal += second.take_journal()
+    resumed = [group for group in taken if group.group_id in saved]
+    assert resumed
+    for group in resumed:
+        for request_id, sample, outcome in zip([req.request_id for req in group.requests], group.samples,
+                                               group.outcomes):
+            kept = saved[group.group_id][request_id].request.output_ids
+            assert sample.output_ids[:len(kept)] == kept
+            trained = [v for v, keep in zip(sample.token_versions, sample.trained) if keep]
+            assert trained == [0] * (TURN_TOKENS + 1) + [1] * (TURN_TOKENS + 1)
+            assert (outcome.stats.turns, outcome.reward, sample.reward) == (2, 2.0, 2.0)
+    path = Path(tempfile.mkdtemp()) / "ledger.jsonl"
+    path.write_text("".join(json.dumps(entry) + "\n" for entry in journal))
+    result = audit(path)
+    assert result.ok, result.report()
+    assert result.states["trained"] == 2 * cfg.rollout.batch_size
     assert second.ledger.balanced
 
 

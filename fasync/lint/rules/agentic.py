@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 from fasync.data.shape import builtin_task_shape
 from fasync.diagnostics import Severity
 from fasync.lint.registry import Finding, rule
@@ -65,4 +69,67 @@ def tool_turns_span_versions(cfg, derived):
             "between two turns gives the next turn the new weights",
             "nothing to change if that is intended; watch `agent/version_span_max` and `dropped_stale`, and keep "
             "`async.max_weight_staleness` above the versions a trajectory spans (docs/agentic.md)",
+        )
+
+
+TOOL_CALL_MARKERS = {"hermes": "<tool_call>"}
+"""`rollout.tool_parser` → what a chat template that writes calls in that format holds."""
+_TOOL_ROLE = re.compile(r"""["']tool["']""")
+
+
+def chat_template(model_path: str) -> str | None:
+    """The chat template `model_path` ships, as text: tokenizer_config.json's `chat_template` (a string, or named
+    templates: `tool_use`, else `default`, else the first) or chat_template.jinja; None when there is none or it
+    cannot be read. Read without transformers: the check path imports no heavy package."""
+    directory = Path(model_path)
+    try:
+        template = json.loads((directory / "tokenizer_config.json").read_text()).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        template = None
+    if isinstance(template, list):
+        named = {entry.get("name"): entry.get("template") for entry in template if isinstance(entry, dict)}
+        template = named.get("tool_use") or named.get("default") or next(iter(named.values()), None)
+    if isinstance(template, str):
+        return template
+    try:
+        return (directory / "chat_template.jinja").read_text()
+    except OSError:
+        return None
+
+
+@rule(
+    "T003", "chat-template-cannot-express-tools", Severity.WARNING,
+    summary="The model's chat template cannot express the multi-turn loop's tool calls or results.",
+    what="Reports, with `rollout.env` and `model.path`, a chat template (tokenizer_config.json's `chat_template` "
+    "or chat_template.jinja, read as text) that has no `tool` role, so tool results have no place in it; or "
+    "one that renders tools but writes their calls in another format than `rollout.tool_parser` reads "
+    "(`hermes`: `<tool_call>`).",
+    why="The multi-turn loop answers a turn's tool calls with `tool` messages rendered through the chat template. "
+    "A template without the role raises on them, and the trajectory's run stops, or renders nothing for them, "
+    "and the model never reads a tool's answer. A template that writes calls another way (Llama 3's JSON "
+    "after `<|python_tag|>`, Mistral's `[TOOL_CALLS]`) belongs to a model tuned to emit that format, which "
+    "the parser does not read: its calls stay plain text and no tool runs.",
+)
+def chat_template_cannot_express_tools(cfg, derived):
+    rollout = cfg.rollout
+    if rollout.env is None or cfg.model.path is None:
+        return
+    template = chat_template(cfg.model.path)
+    if template is None:
+        return
+    if not _TOOL_ROLE.search(template):
+        yield Finding(
+            "model.path",
+            "the model's chat template has no `tool` role: the multi-turn loop's tool results cannot be rendered "
+            "for the model to read",
+            "use a model whose chat template renders `tool` messages (Qwen2.5, Llama 3.1, Hermes), or add the role "
+            "to the template in the model's tokenizer_config.json",
+        )
+    elif TOOL_CALL_MARKERS[rollout.tool_parser] not in template:
+        yield Finding(
+            "rollout.tool_parser",
+            f"the model's chat template writes tool calls without `{TOOL_CALL_MARKERS[rollout.tool_parser]}`, the "
+            f"format `rollout.tool_parser: {rollout.tool_parser}` reads: the model's own calls would stay plain text",
+            "use a model tuned for the parser's format, or a rollout function (`rollout.function`) that reads the "
+            "model's format itself",
         )
