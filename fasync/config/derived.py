@@ -66,6 +66,10 @@ class Derived:
     """fully_async with `rollout.engine: vllm`: the rollouter submits each group's requests as admission lets
     it in and collects them as they end, and the engine batches whatever is in flight (continuous batching,
     fasync.rollout.vllm_stream); otherwise each engine call is one closed batch."""
+    keeps_kv_at_sync: bool
+    """fully_async with partial rollout, streamed requests (the vLLM engine, not agentic) and `async.pause_mode:
+    keep`: a weight sync pauses the engines with their requests and KV cache in them, loads and resumes; otherwise
+    the requests in flight are aborted and submitted again (partial rollout) or finish first."""
     train_strategy: str
     """`train.strategy`, or its default by model size (`default_strategy`)."""
 
@@ -139,4 +143,6 @@ def derive(cfg: FasyncConfig, model_parameters: int | None = None) -> Derived:
         tokens_per_call=cfg.async_.tokens_per_call if not streams and cfg.mode == "fully_async"
         and cfg.async_.partial_rollout else None,
         streams_requests=streams,
+        keeps_kv_at_sync=streams and not cfg.rollout.agentic and cfg.async_.partial_rollout
+        and cfg.async_.pause_mode == "keep",
     )

@@ -337,6 +337,14 @@ class AsyncConfig(Section):
         "under the new weights. Off: they finish under the old weights. (async pushes weights between rollouts, "
         "so nothing is in flight to abort.)",
     )
+    pause_mode: Literal["abort", "keep"] = Field(
+        "abort",
+        description="fully_async with partial_rollout and the vLLM engine: what a weight sync does with the requests "
+        "in flight. `abort`: end them with their tokens so far and submit them again from that prefix under the new "
+        "weights, which compute its keys and values again (a new prefill). `keep`: pause the engine with the requests "
+        "and their KV cache in it, load the new weights and resume: nothing is computed again, but the tokens after "
+        "the sync attend to keys and values the old weights computed (docs/correction.md).",
+    )
     tokens_per_call: Optional[int] = Field(
         None,
         ge=1,

@@ -69,6 +69,13 @@ class EngineActor:
         self.engine.load_weights(arrays_to_weights(weights), version)
         return self.engine.served_weights()
 
+    # In `control`: the requests stay in the engine, so a `take_ended` waits in the default group meanwhile.
+    @ray.method(concurrency_group="control")
+    def load_weights_keeping_requests(self, weights, version: int) -> tuple[tuple[int, str], list[int]]:
+        """`load_weights` into a streaming engine paused with its requests in it (`async.pause_mode: keep`);
+        also returns the ids of the requests the load interrupted part-way through."""
+        return self.engine.load_weights_keeping_requests(lambda: self.load_weights(weights, version))
+
     def rng_state(self):
         """Runs after any generate call in progress (one call at a time), so the state is between calls."""
         return self.engine.rng_state()

@@ -17,7 +17,9 @@ requests as soon as admission lets the group in, a collector task takes requests
 group leaves for the queue once its last request has finished (continuous batching,
 fasync.rollout.vllm_stream). The rest is the same mechanism: a weight sync submits nothing new and waits
 until the engines hold no request (with partial rollout it aborts them first; they are resubmitted from
-their prefix under the new weights), and so does a snapshot.
+their prefix under the new weights), and so does a snapshot. Under `async.pause_mode: keep`
+(`Derived.keeps_kv_at_sync`) a sync waits for nothing: each engine pauses with its requests and their KV
+cache in it, loads and resumes, and the requests go on under the new weights.
 
 The queue and the run's sample ledger live in this actor, where the samples are:
 a delivery is a local put, the trainer's drain is one call that drops the groups
@@ -399,9 +401,20 @@ class Rollouter:
 
         With partial rollout the call in flight is aborted (a sliced one finishes its slice) and its
         unfinished requests resume from their prefix under the new weights; without, it finishes under the
-        old weights first."""
+        old weights first. Under `async.pause_mode: keep` the streamed requests stay in the engines across
+        the load."""
         start = time.monotonic()
         self._running.clear()
+        if self.derived.keeps_kv_at_sync:
+            loaded = await asyncio.gather(*(
+                self._awaiting(f"engine {index}'s weight load (version {version})",
+                               engine.load_weights_keeping_requests.remote(weights[0], version))
+                for index, engine in enumerate(self.engines)))
+            kept = {request_id for _, ids in loaded for request_id in ids}
+            self.resumed_groups += sum(any(req.request_id in kept for req in group.requests)
+                                       for group in self.in_flight.values())
+            self._resume(version, start)
+            return [served for served, _ in loaded]
         # A sliced call ends within `tokens_per_call` tokens anyway: letting it finish keeps the rows it was
         # about to complete, and its end is the pause point the resume starts from.
         abort = self.partial and self.tokens_per_call is None
@@ -418,11 +431,15 @@ class Rollouter:
         await self._until_idle()
         served = await asyncio.gather(*(self._awaiting(f"engine {index}'s weight load (version {version})", load)
                                         for index, load in enumerate(sent or loads())))
+        self._resume(version, start)
+        return list(served)
+
+    def _resume(self, version: int, paused_since: float) -> None:
+        """Generation goes on after the sync to `version`."""
         self.version = version
         self._running.set()
         self._changed.set()
-        self.pause_s += time.monotonic() - start
-        return list(served)
+        self.pause_s += time.monotonic() - paused_since
 
     async def stop(self) -> None:
         """Stop generating and close the queue; groups left in it stay counted as queued."""

@@ -19,11 +19,12 @@ import itertools
 import os
 from collections.abc import Callable
 
+from fasync.config.derived import derive
 from fasync.config.schema import FasyncConfig
 from fasync.errors import ConfigurationError
 from fasync.rollout.engine import Continuation, RolloutEngine
 from fasync.rollout.types import Generation, SamplingParams
-from fasync.rollout.vllm_stream import RequestStream, ended_reason, sampled_logprobs, vllm_sampling
+from fasync.rollout.vllm_stream import RequestStream, ended_reason, sampled_logprobs, versioned_prompt, vllm_sampling
 from fasync.weights.blob import WorkerWeights, to_blob
 from fasync.weights.transport import transport_for
 
@@ -107,6 +108,9 @@ class VLLMEngine(RolloutEngine):
             worker_extension_cls=f"{WorkerWeights.__module__}.{WorkerWeights.__qualname__}",
             **options,
         )
+        self.keeps_kv = derive(cfg).keeps_kv_at_sync
+        """A load keeps the keys and values of the requests in flight (`async.pause_mode: keep`) instead of
+        computing them again under the new weights."""
         self._request_ids = itertools.count()
         self._stream = RequestStream(self.llm.llm_engine, self._busy, self._running, lambda: self._version,
                                      self.llm.llm_engine.model_config.max_model_len)
@@ -117,9 +121,18 @@ class VLLMEngine(RolloutEngine):
         loaded = self.llm.collective_rpc("fasync_load_blob", args=(to_blob(state_dict.items()),))
         if any(count != len(state_dict) for count in loaded):
             raise RuntimeError(f"a vLLM worker loaded {loaded} tensors of {len(state_dict)}")
-        # Cached prefixes hold keys and values computed by the old weights; requests kept in the engine across
-        # the load (a paused stream) are preempted, to recompute theirs under the new ones.
-        self.llm.reset_prefix_cache(reset_running_requests=True)
+        self._after_load()
+
+    def _after_load(self) -> None:
+        """The KV cache after new weights, before any step sees them (under `_busy`). Cached prefixes and the
+        requests kept in the engine across the load (a paused stream) hold keys and values of the old weights:
+        by default the running requests are preempted, to compute theirs again under the new ones, and the
+        prefix cache is emptied; with `keeps_kv` they keep them (`versioned_prompt` keeps the old blocks from
+        new requests)."""
+        if self.keeps_kv:
+            self._stream.restart_unsampled()
+        else:
+            self.llm.reset_prefix_cache(reset_running_requests=True)
 
     # -- the `ipc` and `nccl` transports: what `fasync.weights.sender.EngineClient` calls, through
     # the engine actor, with vLLM's payloads (plain dicts) passed on to `LLM`'s own weight transfer methods --
@@ -150,9 +163,7 @@ class VLLMEngine(RolloutEngine):
         `served_weights()` (no checksum: vLLM cannot read its weights back in the trainer's layout)."""
         try:
             self.llm.finish_weight_update()
-            # Keys and values of the old weights; requests still in the engine (streamed ones) are preempted
-            # to recompute theirs, as after a `cpu` load.
-            self.llm.reset_prefix_cache(reset_running_requests=True)
+            self._after_load()
             self._version = version
         finally:
             self._busy.release()
@@ -180,8 +191,6 @@ class VLLMEngine(RolloutEngine):
     def _continue(
         self, contexts: list[list[int]], budgets: list[int], params: SamplingParams, interrupted: Callable[[], bool]
     ) -> list[Continuation]:
-        from vllm import TokensPrompt
-
         engine = self.llm.llm_engine
         limit = engine.model_config.max_model_len
         ids = [f"fasync-{next(self._request_ids)}" for _ in contexts]
@@ -191,7 +200,7 @@ class VLLMEngine(RolloutEngine):
             budget = min(budget, limit - len(context))
             if budget <= 0:
                 continue
-            engine.add_request(rid, TokensPrompt(prompt_token_ids=context), vllm_sampling(params, budget))
+            engine.add_request(rid, versioned_prompt(context, self._version), vllm_sampling(params, budget))
             latest[rid] = None
         while engine.has_unfinished_requests():
             if interrupted():
@@ -214,6 +223,17 @@ class VLLMEngine(RolloutEngine):
 
     def take_ended(self) -> list[Generation]:
         return self._stream.take_ended()
+
+    def load_weights_keeping_requests(self, load: Callable[[], tuple[int, str | None]]) -> tuple[tuple, list[int]]:
+        """`async.pause_mode: keep`: pause the stream with its requests (and, with `keeps_kv`, their KV cache) in
+        the engine, `load` the new weights, resume. Returns what `load` returns (what the engine serves) and the
+        fasync ids of the requests the load interrupted part-way through."""
+        self.pause()
+        try:
+            kept = self._stream.kept()
+            return load(), kept
+        finally:
+            self.resume()
 
     def abort(self) -> None:
         super().abort()

@@ -17,8 +17,12 @@ load and one failure path for every mode; what `AsyncLLM` adds over it (an async
 pause modes) the rollouter does itself:
 
 - `pause` (the engine's `_running` cleared) stops the stepping and keeps every request in the engine
-  (vLLM's "keep"); a weight load then recomputes their keys and values (`VLLMEngine._load_state_dict`
-  preempts the running ones) and the tokens after `resume` carry the new version.
+  (vLLM's "keep"), and the tokens after `resume` carry the version loaded meanwhile. The load either
+  recomputes their keys and values (`VLLMEngine` preempts the running requests) or, under
+  `async.pause_mode: keep`, keeps them: then only a request whose prompt is not yet fully prefilled starts
+  again (`restart_unsampled`), since its first token would attend to old keys and values without carrying an
+  old version. A request's prompt is salted with the version it is added under (`versioned_prompt`), so
+  that the prefix cache never hands blocks computed by one version's weights to a request of another.
 - `abort` ends every request submitted so far, each with the tokens it generated (vLLM's "abort"); the
   rollouter resubmits them from that prefix (partial rollout, and a checkpoint's snapshot).
 - Without partial rollout the rollouter submits nothing new during a weight sync and loads once every
@@ -57,6 +61,15 @@ def vllm_sampling(params: SamplingParams, max_tokens: int, delta: bool = False):
         detokenize=False,
         output_kind=RequestOutputKind.DELTA if delta else RequestOutputKind.CUMULATIVE,
     )
+
+
+def versioned_prompt(token_ids: list[int], version: int):
+    """vLLM's prompt for `token_ids`, added while the engine serves weight `version`: salted with it
+    (`cache_salt`), so that vLLM's prefix cache shares blocks only between requests of the same weights. A load
+    that keeps the KV cache (`async.pause_mode: keep`) cannot empty that cache while requests hold blocks."""
+    from vllm import TokensPrompt
+
+    return TokensPrompt(prompt_token_ids=token_ids, cache_salt=f"version-{version}")
 
 
 def sampled_logprobs(completion) -> list[float]:
@@ -155,6 +168,25 @@ class RequestStream:
                 self._end(rid, "abort")
             self._changed.notify_all()
 
+    def kept(self) -> list[int]:
+        """The fasync request ids in flight that have output tokens: the requests a load between two steps
+        interrupts part-way through."""
+        with self._changed:
+            return [held.request.request_id for held in self._held.values() if held.request.output_ids or held.tokens]
+
+    def restart_unsampled(self) -> None:
+        """Under `busy`, at a load that keeps the KV cache: requests vLLM holds that have sampled nothing yet (a
+        prompt prefilled in chunks across the pause) leave vLLM and are added again at the next step, under the
+        new version, so that no token attends to keys and values of weights older than its version says."""
+        with self._changed:
+            unsampled = [rid for rid, held in self._held.items() if held.added and not held.tokens]
+            for rid in unsampled:
+                held = self._held.pop(rid)
+                held.added = False
+                self._held[f"fasync-stream-{next(self._ids)}"] = held
+        if unsampled:
+            self._engine.abort_request(unsampled)
+
     def wake(self) -> None:
         """Look at `running` again (the engine resumed)."""
         with self._changed:
@@ -188,8 +220,6 @@ class RequestStream:
 
     def _step(self) -> None:
         """One engine step over what is in flight (under `busy`): aborts and new requests first."""
-        from vllm import TokensPrompt
-
         with self._changed:
             aborting, self._aborting = list(self._aborting), set()
             adding = [(rid, held) for rid, held in self._held.items() if not held.added]
@@ -198,9 +228,10 @@ class RequestStream:
             running = self._running.is_set()
         if aborting:
             self._engine.abort_request(aborting)
+        version = self._version()
         for rid, held in adding:
             req = held.request
-            self._engine.add_request(rid, TokensPrompt(prompt_token_ids=req.prompt_ids + req.output_ids),
+            self._engine.add_request(rid, versioned_prompt(req.prompt_ids + req.output_ids, version),
                                      vllm_sampling(held.params, held.max_tokens, delta=True))
         if not running:
             return
@@ -210,7 +241,6 @@ class RequestStream:
             if lost:  # else the thread would spin on requests that can never end
                 raise RuntimeError(f"vLLM holds none of the {lost} requests submitted to it")
             return
-        version = self._version()
         outputs = self._engine.step()
         with self._changed:
             for output in outputs:

@@ -136,6 +136,8 @@ def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async
         assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
         assert cfg.mode == variant.mode and cfg.rollout.engine == "vllm"
         assert derive(cfg).streams_requests == (variant.mode == "fully_async")
+        assert derive(cfg).keeps_kv_at_sync == ("kept KV" in variant.label)
+    assert any("kept KV" in variant.label for variant in scenario.variants)
 
 
 def test_the_startup_bench_compares_the_checkouts_and_shows_a_killed_run(monkeypatch):

@@ -249,6 +249,23 @@ def test_ignored_settings_are_only_those_written(tmp_path):
                                                                    "async.update_weights_interval"]
 
 
+def test_pause_mode_counts_only_for_requests_streamed_with_partial_rollout(tmp_path):
+    text = ("mode: fully_async\nmodel:\n  path: /models/Qwen2.5-0.5B-Instruct\nrollout:\n  engine: vllm\n"
+            "correction:\n  level: token\nasync:\n  partial_rollout: true\n  pause_mode: keep\n")
+    path = config_file(tmp_path, text)
+    assert findings(path, code="U001") == []
+    why = {
+        "async.partial_rollout=false": "there are none to abort or keep",
+        "rollout.engine=hf": "the torch engine generates closed batches",
+        "rollout.function=my_agent:run": "agentic rollouts reach the engine through generate calls",
+        "mode=async": "only the fully_async rollouter",
+    }
+    for override, reason in why.items():
+        overrides = [override, "model.path=null"] if override == "rollout.engine=hf" else [override]
+        (diagnostic,) = [d for d in findings(path, overrides, code="U001") if d.key == "async.pause_mode"]
+        assert reason in diagnostic.message, (override, diagnostic.message)
+
+
 def test_tokens_per_call_counts_only_with_partial_rollout(tmp_path):
     path = config_file(tmp_path, "mode: fully_async\nasync:\n  tokens_per_call: 4\n")
     assert [d.key for d in findings(path, code="U001")] == ["async.tokens_per_call"]

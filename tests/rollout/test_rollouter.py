@@ -128,6 +128,7 @@ class StreamingEngine(ScriptedEngine):
         self.take_ended = Dispatched(self._take_ended)
         self.abort = Dispatched(self._abort)
         self.load_weights = Dispatched(self._load_weights)
+        self.load_weights_keeping_requests = Dispatched(self._load_weights_keeping_requests)
         self.rng_state = Dispatched(lambda: self.rng)
         self.set_rng_state = Dispatched(self._set_rng)
 
@@ -159,6 +160,11 @@ class StreamingEngine(ScriptedEngine):
     def _load_weights(self, weights, version):
         self.held_at_loads.append(len(self.held))
         super()._load_weights(weights, version)
+
+    def _load_weights_keeping_requests(self, weights, version):
+        """The load between two decode steps, the requests held staying in the engine."""
+        self._load_weights(weights, version)
+        return (version, None), [request_id for request_id, req in self.held.items() if req.output_ids]
 
 
 def sent(engine) -> list[list[tuple[int, int]]]:
@@ -197,6 +203,34 @@ def test_streamed_groups_leave_as_they_finish_and_new_ones_join_while_others_gen
     assert any(ids.index(group.group_id) < len(ids) - 1 and group.group_id.draw > long_draws[0]
                for group in taken if target_length(group.requests[0].request_id) == SHORT)
     assert ledger.balanced and ledger.produced == ledger.in_flight + ledger.dropped_total + ledger.queued
+
+
+def test_a_weight_sync_that_keeps_the_kv_cache_loads_with_the_streamed_requests_in_the_engine():
+    cfg, engine, rollouter = rollouter_for(partial=True, tokens_per_call=None, streaming=True, pause_mode="keep")
+
+    async def body():
+        running = asyncio.create_task(rollouter.run())
+        taken = []
+        for drain in range(6):
+            groups, _ = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=drain))
+            taken += groups
+            assert await rollouter.update_weights([None], drain + 1) == [(drain + 1, None)]
+        aborts = engine.aborts
+        await rollouter.stop()
+        await running
+        return taken, aborts
+
+    taken, aborts = asyncio.run(body())
+    assert rollouter.version == 6 and aborts == 0
+    # Loaded while the engine held requests, which went on there: each submitted once, from nothing.
+    assert any(engine.held_at_loads)
+    assert all(had == 0 for requests in sent(engine) for _, had in requests)
+    requests = [req for group in taken for req in group.requests]
+    assert all(req.token_versions == sorted(req.token_versions) and len(req.token_versions) == len(req.output_ids)
+               for req in requests)
+    # Tokens of two versions, the ones after the load carrying the new one; their groups count as resumed.
+    assert any(len(set(req.token_versions)) > 1 for req in requests) and rollouter.resumed_groups > 0
+    assert rollouter.ledger.balanced
 
 
 @pytest.mark.parametrize("partial", [True, False])

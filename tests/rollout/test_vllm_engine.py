@@ -21,6 +21,7 @@ from fasync.rollout.groups import build_factory
 from fasync.rollout.hf_engine import HFEngine
 from fasync.rollout.rollouter import Rollouter
 from fasync.rollout.types import Generation, SamplingParams
+from fasync.weights.checksum import weights_checksum
 from fasync.wire import pack, unpack
 
 pytest.importorskip("vllm")
@@ -193,6 +194,49 @@ def assert_logprobs_are_their_versions(models: dict, generations, temperature: f
         torch.testing.assert_close(torch.tensor(gen.logprobs), wanted, atol=TOLERANCE, rtol=0)
 
 
+def kept_kv_logprobs(old, new, gen: Generation, switch: int, temperature: float = 1.0) -> torch.Tensor:
+    """The logprobs of `gen`'s output tokens from index `switch` on, sampled by the `new` weights while the keys
+    and values of the context before them stayed those the `old` weights computed: the prompt and the first
+    `switch` − 1 output tokens (the last token sampled before the load enters the model only after it)."""
+    ids = gen.prompt_ids + gen.output_ids
+    cut = len(gen.prompt_ids) + switch - 1
+    cache = old.new_cache(1, len(ids))
+    with torch.no_grad():
+        old(torch.tensor([ids[:cut]]), position_ids=torch.arange(cut)[None], cache=cache)
+        logits = new(torch.tensor([ids[cut:]]), position_ids=torch.arange(cut, len(ids))[None], cache=cache)
+    logprobs = torch.log_softmax(logits[0, :-1].float() / temperature, dim=-1)
+    return logprobs.gather(-1, torch.tensor(ids[cut + 1:])[:, None])[:, 0]
+
+
+def assert_logprobs_keep_the_old_kv(models: dict, generations) -> None:
+    """Each token's behaviour logprob is that of the weights of its version, over keys and values computed by the
+    weights of the version that was served when each context token entered the model: a completion sampled under
+    one version throughout is that version's alone; one that spans a load that kept the KV cache continues
+    after it with the new weights over the old weights' keys and values."""
+    for gen in generations:
+        versions = gen.token_versions
+        assert len(gen.output_ids) == len(gen.logprobs) == len(versions) > 0
+        switch = next((i for i, version in enumerate(versions) if version != versions[0]), len(versions))
+        assert set(versions[switch:]) <= {versions[-1]} and len(set(versions)) <= 2, versions
+        expected = trainer_logprobs(models[versions[0]], gen, 1.0)[:switch]
+        if switch < len(versions):
+            expected = torch.cat([expected, kept_kv_logprobs(models[versions[0]], models[versions[-1]], gen, switch)])
+        torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=TOLERANCE, rtol=0)
+
+
+EMBEDDING = "model.embed_tokens.weight"
+
+
+def served_embedding_checksum(engine, vocab_size: int) -> str:
+    """`weights_checksum` of the token embedding the vLLM worker samples with now, read back from its model: a
+    parameter the CPU build keeps in the trainer's layout (unlike the linear layers it repacks), but with its rows
+    padded to a multiple of vLLM's, which the checksum leaves out."""
+    def read(worker):
+        return weights_checksum({EMBEDDING: worker.model_runner.model.get_parameter(EMBEDDING)[:vocab_size]})
+
+    return engine.llm.collective_rpc(read)[0]
+
+
 @pytest.fixture(scope="module")
 def other_weights(setup, tmp_path_factory):
     """A second policy (another seed): what a weight push sends."""
@@ -264,10 +308,48 @@ def test_a_weight_load_while_streamed_requests_are_paused_applies_to_their_next_
     assert_logprobs_are_their_versions({0: model, 1: other_weights}, ended)
 
 
+def test_a_load_that_keeps_the_kv_cache_continues_each_request_from_its_prefix_over_the_old_keys_and_values(
+        setup, other_weights, monkeypatch):
+    cfg, tokenizer, model, engine, model_eos = setup
+    monkeypatch.setattr(engine, "keeps_kv", True)  # as `async.pause_mode: keep` builds it
+    embedding = {EMBEDDING: other_weights.state_dict()[f"lm.{EMBEDDING}"]}
+    vocab_size = len(embedding[EMBEDDING])
+    old_checksum = served_embedding_checksum(engine, vocab_size)
+    engine.submit(requests(tokenizer), SamplingParams(max_new_tokens=20))
+    wait_for_tokens(engine, 3)
+    before = {}
+
+    def load():
+        before.update(held_tokens(engine))  # paused: what each request had when the weights changed
+        engine.load_weights(other_weights.state_dict(), version=1)
+        return engine.served_weights()
+
+    try:
+        served, kept = engine.load_weights_keeping_requests(load)
+        new_checksum = served_embedding_checksum(engine, vocab_size)
+        ended = collect_all(engine, len(PROMPTS))
+    finally:
+        engine.load_weights(model.state_dict(), version=0)
+    assert served == (1, None) and sorted(kept) == sorted(before) == list(range(len(PROMPTS)))
+    assert min(before.values()) >= 3
+    for gen in ended:
+        had = before[gen.request_id]
+        assert gen.finish_reason == "length" and len(gen.output_ids) == 20
+        assert gen.token_versions == [0] * had + [1] * (20 - had), gen.token_versions
+    # The engine serves the new weights after the resume, read back from its model.
+    assert new_checksum == weights_checksum(embedding) != old_checksum
+    # The tokens before the load are the old weights'; after it, the new weights' over the old keys and values...
+    assert_logprobs_keep_the_old_kv({0: model, 1: other_weights}, ended)
+    # ...which is not what computing them again would give (the default, and `async.pause_mode: abort`).
+    recomputed = torch.cat([trainer_logprobs(other_weights, gen, 1.0)[before[gen.request_id]:] for gen in ended])
+    sampled = torch.cat([torch.tensor(gen.logprobs[before[gen.request_id]:]) for gen in ended])
+    assert (recomputed - sampled).abs().max() > 0.1
+
+
 class LocalEngine:
     """A streaming engine as the rollouter calls an `EngineActor`, without Ray: arguments and results `pack`ed as
     the actor packs them, and each call run in the order sent on the one thread of its concurrency group
-    (`control`: submit and abort; the default group: the rest). Records every submit as (request_id, tokens it had)."""
+    (`control`: submit, abort and the load that keeps the requests; the default group: the rest). Records every submit as (request_id, tokens it had)."""
 
     def __init__(self, engine):
         self.control, self.default = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
@@ -282,7 +364,11 @@ class LocalEngine:
             engine.load_weights(weights, version)
             return engine.served_weights()
 
+        def load_weights_keeping_requests(weights, version):
+            return engine.load_weights_keeping_requests(lambda: load_weights(weights, version))
+
         self.submit = self._method(self.control, submit)
+        self.load_weights_keeping_requests = self._method(self.control, load_weights_keeping_requests)
         self.abort = self._method(self.control, engine.abort)
         self.take_ended = self._method(self.default, lambda: pack(engine.take_ended()))
         self.load_weights = self._method(self.default, load_weights)
@@ -378,3 +464,51 @@ def test_the_rollouter_streams_groups_through_a_weight_sync_and_a_checkpoint(set
     assert any(set(req.token_versions) == {0, 1} for group in taken + snapshot["waiting"] + resumed
                for req in group.requests)
     assert second.ledger.balanced
+
+
+def test_the_rollouter_keeps_streamed_requests_in_the_engine_through_a_weight_sync(setup, other_weights, monkeypatch):
+    cfg, tokenizer, model, engine, model_eos = setup
+    run = FasyncConfig.model_validate({
+        "mode": "fully_async", "model": {"path": cfg.model.path}, "data": {"task": "copy", "length": 1},
+        "rollout": {"engine": "vllm", "batch_size": 2, "n_samples_per_prompt": 4, "max_new_tokens": 16},
+        "train": {"global_batch_size": 8, "micro_batch_size": 8},
+        "async": {"partial_rollout": True, "pause_mode": "keep", "max_weight_staleness": None,
+                  "max_concurrent_samples": 16, "max_queue_size": 64},
+    })
+    assert resolve(run).derived.keeps_kv_at_sync
+    monkeypatch.setattr(engine, "keeps_kv", True)  # as the run's engine actor builds it
+    local = LocalEngine(engine)
+    rollouter = Rollouter(resolve(run), [local], build_factory(resolve(run)))
+
+    async def through_a_sync():
+        running = asyncio.create_task(rollouter.run())
+        groups, _ = unpack(await rollouter.take(2, train_version=0))
+        rollouter.report_trained([g.group_id for g in groups], 8, 8)
+        deadline = time.monotonic() + 60
+        while max(held_tokens(engine).values(), default=0) < 2:
+            assert time.monotonic() < deadline, "nothing in flight"
+            await asyncio.sleep(0.005)
+        served = await rollouter.update_weights([other_weights.state_dict()], 1)
+        assert [version for version, _ in served] == [1]
+        taken = []
+        for drain in range(1, 6):
+            groups, _ = unpack(await rollouter.take(2, train_version=drain))
+            rollouter.report_trained([g.group_id for g in groups], 8, 8)
+            taken += groups
+        await rollouter.stop()
+        await running
+        return taken
+
+    try:
+        taken = asyncio.run(through_a_sync())
+    finally:
+        local.close()
+        engine.take_ended()
+        engine.load_weights(model.state_dict(), version=0)
+    finished = [req for group in taken for req in group.requests]
+    assert_logprobs_keep_the_old_kv({0: model, 1: other_weights}, finished)
+    assert any(set(req.token_versions) == {0, 1} for req in finished), "no completion spanned the sync"
+    assert rollouter.resumed_groups > 0
+    # Nothing was aborted and submitted again: each request reached the engine once, with no tokens yet.
+    assert sorted(local.submitted) == sorted({(request_id, 0) for request_id, _ in local.submitted})
+    assert rollouter.ledger.balanced

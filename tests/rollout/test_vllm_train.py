@@ -21,11 +21,16 @@ pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 ROLLOUTS = 6
-MODES = {
-    "sync": {},
-    "async": {"async": {"max_weight_staleness": 1}, "correction": {"level": "token"}},
-    "fully_async": {"async": {"max_weight_staleness": 2, "partial_rollout": True}, "correction": {"level": "token"}},
+RUNS = {
+    "sync": {"mode": "sync"},
+    "async": {"mode": "async", "async": {"max_weight_staleness": 1}, "correction": {"level": "token"}},
+    "fully_async": {"mode": "fully_async", "async": {"max_weight_staleness": 2, "partial_rollout": True},
+                    "correction": {"level": "token"}},
+    # Weight syncs that keep the streamed requests and their KV cache in the engine.
+    "fully_async_kept_kv": {"mode": "fully_async", "async": {"max_weight_staleness": 2, "partial_rollout": True,
+                                                             "pause_mode": "keep"}, "correction": {"level": "token"}},
 }
+"""Each run's name and what its config sets beyond `write_run`'s."""
 # A reward the tiny Llama learns within a few rollouts: about one token in five of its vocabulary is a digit.
 REWARD = """
 def digit_first(completion, label):
@@ -41,17 +46,16 @@ def model_dir(tmp_path_factory):
     return directory
 
 
-def write_run(directory: Path, model_dir: Path, mode: str, rollouts: int = ROLLOUTS) -> Path:
+def write_run(directory: Path, model_dir: Path, run: str, rollouts: int = ROLLOUTS) -> Path:
     (directory / "my_reward.py").write_text(textwrap.dedent(REWARD))
     config = {
-        "mode": mode,
         "model": {"path": str(model_dir)},
         "data": {"task": "copy", "length": 1},
         "reward": {"function": "my_reward:digit_first"},
         "rollout": {"engine": "vllm", "batch_size": 8, "n_samples_per_prompt": 8, "max_new_tokens": 2},
         "train": {"global_batch_size": 64, "micro_batch_size": 64, "num_rollouts": rollouts, "lr": 3e-2},
         "logging": {"progress": "none"},
-        **MODES[mode],
+        **RUNS[run],
     }
     path = directory / "run.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -84,9 +88,9 @@ def runs(model_dir, tmp_path_factory):
     """Every run of this module started at once, each with its own Ray cluster and vLLM engine: most of a run
     is starting up, and the runs overlap it. `kill` trains long enough to have its engine killed."""
     started = {}
-    for name, mode, rollouts in [*((mode, mode, ROLLOUTS) for mode in MODES), ("kill", "sync", 1000)]:
+    for name, run, rollouts in [*((run, run, ROLLOUTS) for run in RUNS), ("kill", "sync", 1000)]:
         directory = tmp_path_factory.mktemp(name)
-        started[name] = (directory, start_train(directory, write_run(directory, model_dir, mode, rollouts)))
+        started[name] = (directory, start_train(directory, write_run(directory, model_dir, run, rollouts)))
     yield started
     for _, process in started.values():
         if process.poll() is None:
@@ -95,9 +99,9 @@ def runs(model_dir, tmp_path_factory):
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("mode", MODES)
-def test_each_mode_learns_with_the_vllm_engine(runs, mode):
-    directory, process = runs[mode]
+@pytest.mark.parametrize("run", RUNS)
+def test_each_mode_learns_with_the_vllm_engine(runs, run):
+    directory, process = runs[run]
     output = finish(process, directory, timeout=1100)
     assert process.returncode == 0, output[-4000:]
     records = [json.loads(line) for line in (directory / "out" / "metrics.jsonl").read_text().splitlines()]
@@ -110,7 +114,7 @@ def test_each_mode_learns_with_the_vllm_engine(runs, mode):
     ledger = summary["ledger"]
     assert ledger["produced"] == ledger["consumed"] + sum(ledger["dropped"].values()) + ledger["queued"] + \
         ledger["in_flight"]
-    if mode == "sync":
+    if run == "sync":
         # The engine samples from the weights the trainer holds: behaviour and training policies agree up to
         # the two implementations' rounding (test_vllm_engine.TOLERANCE, 1e-4 per logprob), and k3 ≈ gap²/2.
         assert all(abs(r["is/kl_k3"]) < 1e-4 for r in records), [r["is/kl_k3"] for r in records]

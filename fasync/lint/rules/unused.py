@@ -19,7 +19,7 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     if cfg.mode != "fully_async":
         yield "async", ["max_queue_size", "max_concurrent_samples", "stale_policy"], \
             "only fully_async has a rollouter and a queue", "`mode: fully_async`"
-        yield "async", ["partial_rollout", "tokens_per_call"], \
+        yield "async", ["partial_rollout", "tokens_per_call", "pause_mode"], \
             "only the fully_async rollouter aborts and resumes generations; in async they finish under their weights", \
             "`mode: fully_async`"
     elif not async_.partial_rollout:
@@ -34,6 +34,18 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
             "in fully_async the vLLM engine takes each request as admission lets it in and batches whatever is in " \
             "flight (continuous batching): there are no calls to slice, and a finished group leaves at once", \
             "`rollout.engine: hf` (the torch engine, whose calls are closed batches)"
+    if cfg.mode == "fully_async" and not async_.partial_rollout:
+        yield "async", ["pause_mode"], \
+            "without partial rollout a weight sync lets the requests in flight finish under the weights they started " \
+            "with, so there are none to abort or keep", "`async.partial_rollout: true`"
+    elif cfg.mode == "fully_async" and rollout.engine != "vllm":
+        yield "async", ["pause_mode"], \
+            "the torch engine generates closed batches: a sync aborts its call (or waits for the end of a slice) and " \
+            "drops the keys and values it kept, as `abort` does", "`rollout.engine: vllm`, whose requests stream in"
+    elif cfg.mode == "fully_async" and rollout.agentic:
+        yield "async", ["pause_mode"], \
+            "agentic rollouts reach the engine through generate calls, which a sync aborts and the engine client " \
+            "continues from their prefix", "streamed requests (neither `rollout.function` nor `rollout.env`)"
     if not rollout.dynamic_sampling:
         yield "rollout", ["over_sampling_batch_size", "max_sampling_rounds"], \
             "they size the refill rounds of `rollout.dynamic_sampling`, which is off", \
@@ -78,8 +90,11 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     summary="A setting that has no effect with the rest of this config.",
     what="Reports keys written in the config that the code ignores given the other settings: async keys in "
     "sync mode, queue and partial-rollout keys outside fully_async, `async.tokens_per_call` without partial rollout "
-    "or with the vLLM engine (which streams requests in fully_async), dynamic-sampling sizes without dynamic "
-    "sampling, `top_p` and `top_k` under greedy decoding, `reward.overlong_penalty` without an overlong buffer, `train.normalize_advantage_std` with an estimator it does not apply to, `train.global_batch_size` under the dynamic global batch, "
+    "or with the vLLM engine (which streams requests in fully_async), `async.pause_mode` without partial rollout "
+    "or streamed requests (the torch engine, agentic rollouts), dynamic-sampling sizes without dynamic "
+    "sampling, `top_p` and `top_k` under greedy decoding, `reward.overlong_penalty` without an overlong buffer, "
+    "`train.normalize_advantage_std` with an estimator it does not apply to, `train.global_batch_size` under the "
+    "dynamic global batch, "
     "embedded-model keys with `model.path`, built-in-task keys with `data.path` (and JSONL keys without), "
     "weight-shaping keys with `correction.level: none`. Only keys some layer sets are reported, not defaults.",
     why="A setting that does nothing reads as if it did: a reviewer (or you, later) believes the run has "
