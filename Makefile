@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-kill venv venv-peer lint docs bench clean venv-vllm test-vllm bench-vllm
+.PHONY: demo test test-kill test-algorithms venv venv-peer lint docs bench clean venv-vllm test-vllm bench-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +46,10 @@ test: $(STAMP)
 # to its end, its ledger audited; `make test` runs a rotating sample of it (tests/test_kill_matrix.py).
 test-kill: $(STAMP)
 	$(BIN)/python scripts/kill_matrix.py
+
+# Every algorithm's learning runs in sync and fully_async (tests/algorithms.py); `make test` trains a rotating one.
+test-algorithms: $(STAMP)
+	FASYNC_ALL_ALGORITHMS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -k each_algorithm_learns tests/train tests/drivers
 
 lint: $(STAMP)
 	$(BIN)/ruff check fasync tests bench

@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from algorithms import learning_params
 from driver_runs import assert_ledger_balanced, run_mode, start_run
 from sections import tiny_config
 
@@ -121,14 +122,7 @@ def gain(values: list[float], count: int = 10) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("train", [
-    {"advantage_estimator": "rloo"},
-    {"advantage_estimator": "reinforce_plus_plus"},
-    {"advantage_estimator": "reinforce_plus_plus_baseline"},
-    {"loss_aggregation": "seq_mean_token_sum_norm", "normalize_advantage_std": False},
-    {"importance_ratio": "sequence"},
-    {"ppo_epochs": 2, "lr_warmup_steps": 5, "lr_schedule": "cosine"},
-], ids=["rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "dr_grpo", "gspo", "epochs_schedule"])
+@pytest.mark.parametrize("train", learning_params(offset=1))
 def test_each_algorithm_learns_in_fully_async(ray_session, tmp_path, train):
     """The mean reward of the last 10 drains beats the first 10's by 0.2 (grpo's run gains over 0.4)."""
     rewards = [row["reward_mean"] for row in learning_run(tmp_path, train=train)]

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from algorithms import learning_params
 from sections import with_sections
 
 from fasync.config.schema import FasyncConfig
@@ -538,14 +539,7 @@ def first_and_last(values: list[float], count: int = 10) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("train", [
-    {"advantage_estimator": "rloo"},
-    {"advantage_estimator": "reinforce_plus_plus"},
-    {"advantage_estimator": "reinforce_plus_plus_baseline"},
-    {"loss_aggregation": "seq_mean_token_sum_norm", "normalize_advantage_std": False},
-    {"importance_ratio": "sequence"},
-    {"ppo_epochs": 2, "lr_warmup_steps": 5, "lr_schedule": "cosine"},
-], ids=["rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "dr_grpo", "gspo", "epochs_schedule"])
+@pytest.mark.parametrize("train", learning_params(offset=0))
 def test_each_algorithm_learns_in_a_short_sync_loop(train):
     """The mean reward of the last 10 of 60 rollouts beats the first 10's by 0.1 (grpo gains 0.2 to 0.3)."""
     rewards = [sum(s.reward for s in samples) / len(samples) for samples in short_sync_loop(train=train)]
