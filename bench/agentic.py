@@ -57,7 +57,7 @@ def row(example: str, mode: str, seed: int, code: int, records: list[dict], targ
     rollouts = last_per_rollout(records)
     last = [r["rollout_reward_mean"] for r in rollouts[-3:]]
     reached = time_to_target(records, target)
-    return [example, mode, seed, code, len(rollouts), round(sum(last) / max(len(last), 1), 3),
+    return [example, mode, seed, int(code), len(rollouts), round(sum(last) / max(len(last), 1), 3),
             "never" if reached is None else round(reached),
             _rounded(over("agent/turns_mean", records)), _rounded(over("agent/tool_calls", records)),
             _rounded(over("agent/masked_token_fraction", records)),
@@ -77,7 +77,7 @@ def train_or_reuse(config: Path, overrides: list[str], run_dir: Path, reuse: boo
         return json.loads(result.read_text())["exit"], read_run_dir(run_dir)[0]
     code, records, _ = run_variant(train, str(config), overrides, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)  # a run that failed before starting made none
-    result.write_text(json.dumps({"exit": code, "overrides": overrides}))
+    result.write_text(json.dumps({"exit": int(code), "overrides": overrides}))
     return code, records
 
 
