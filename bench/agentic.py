@@ -70,15 +70,17 @@ def _rounded(value):
     return None if value is None else round(value, 2)
 
 
-def train_or_reuse(config: Path, overrides: list[str], run_dir: Path, reuse: bool) -> tuple[int, list[dict]]:
-    """Train the run into `run_dir` and record its exit code there, or (`reuse`) read the run it already holds."""
+def train_or_reuse(config: Path, overrides: list[str], run_dir: Path, reuse: bool, load: str) -> tuple[int, list[dict], str]:
+    """Train the run into `run_dir` and record its exit code and the machine's `load` there, or (`reuse`) read the
+    run it already holds: its exit code, step records and the load it ran under."""
     result = run_dir / "bench.json"
     if reuse and result.is_file():
-        return json.loads(result.read_text())["exit"], read_run_dir(run_dir)[0]
+        kept = json.loads(result.read_text())
+        return kept["exit"], read_run_dir(run_dir)[0], kept["load"]
     code, records, _ = run_variant(train, str(config), overrides, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)  # a run that failed before starting made none
-    result.write_text(json.dumps({"exit": int(code), "overrides": overrides}))
-    return code, records
+    result.write_text(json.dumps({"exit": int(code), "overrides": overrides, "load": load}))
+    return code, records, load
 
 
 def curves(example: str, run_dirs: dict[str, Path], load: str) -> str:
@@ -105,8 +107,9 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="Print only; leave docs/ alone.")
     args = parser.parse_args()
 
-    load = (f"load average {' / '.join(f'{value:.2f}' for value in os.getloadavg())} before the runs, two busy "
+    here = (f"load average {' / '.join(f'{value:.2f}' for value in os.getloadavg())} before the runs, two busy "
             f"processes got {fmt(parallel_capacity(), 2)} cores' worth of work done at once, 2.00 on two free cores")
+    loads = []
     provenance = measured(sys.argv)
     rows, figures = [], []
     with tempfile.TemporaryDirectory(prefix="fasync-agentic-") as scratch:
@@ -118,16 +121,17 @@ def main() -> int:
                 for seed in range(args.seeds):
                     run_dir = out / f"{example}-{mode}-{seed}"
                     overrides = [*MODE_OVERRIDES[mode], *COMMON, f"train.seed={seed}", f"data.seed={seed}"]
-                    code, records = train_or_reuse(config, overrides, run_dir, args.reuse)
+                    code, records, load = train_or_reuse(config, overrides, run_dir, args.reuse, here)
+                    loads.append(load)
                     rows.append(row(example, mode, seed, code, records, target_of(config)))
                     print(rows[-1], flush=True)
                     if records and mode not in first_runs:
                         first_runs[mode] = run_dir
             if first_runs and not args.no_write:
-                figures.append(curves(example, first_runs, load))
+                figures.append(curves(example, first_runs, loads[-1]))
     text = "\n\n".join([
         f"{provenance}; seed N sets `train.seed` and `data.seed`. The machine was shared with other work and "
-        f"loaded ({load}): run times are slower and noisier than on a free machine.",
+        f"loaded ({'; '.join(dict.fromkeys(loads))}): run times are slower and noisier than on a free machine.",
         table(["example", "mode", "seed", "exit", "rollouts", "reward (last 3)", "run time to target (s)",
                "turns", "tool calls", "masked tokens", "multi-version trajectories", "most versions spanned",
                "staleness max ≤ bound", "dropped stale"], rows),
