@@ -44,9 +44,9 @@ def bisect(conversation: str) -> str:
     guesses = conversation.split("<|assistant|>")[1:]
     for turn in guesses:
         guess, _, feedback = turn.partition("<|user|>")
-        if "higher" in feedback:
+        if "more" in feedback:
             low = int(guess) + 1
-        elif "lower" in feedback:
+        elif "less" in feedback:
             high = int(guess) - 1
     return str((low + high) // 2)
 
@@ -64,7 +64,8 @@ def play(env: str, policy, **rollout):
 
 
 def test_a_player_that_bisects_always_finds_the_number():
-    factory, samples, outcomes = play("guess_number:GuessNumber", bisect, max_turns=4, max_new_tokens=2)
+    factory, samples, outcomes = play("guess_number:GuessNumber", bisect, max_turns=4, max_new_tokens=2,
+                                        max_observation_tokens=11)
     assert all(sample.reward == 1.0 for sample in samples)
     assert all(sample.finish_reason == "stop" and not outcome.stats.truncated for sample, outcome in
                zip(samples, outcomes))
@@ -83,6 +84,19 @@ def test_a_player_that_ignores_the_feedback_runs_out_of_turns():
         assert outcome.stats.turns == (1 if won else 3)
 
 
+def middle_of_the_last_range(conversation: str) -> str:
+    """Read only the last message: the middle of the range it names (`pick 0-9`, `more 5-9`)."""
+    low, high = conversation.rsplit("<|user|>", 1)[1].split("<|")[0].split()[-1].split("-")
+    return str((int(low) + int(high)) // 2)
+
+
+def test_the_last_message_names_the_range_left_so_its_middle_always_wins():
+    _, samples, outcomes = play("guess_number:GuessNumber", middle_of_the_last_range, max_turns=4, max_new_tokens=2,
+                                max_observation_tokens=11)
+    assert all(sample.reward == 1.0 for sample in samples)
+    assert all(outcome.stats.turns <= 4 for outcome in outcomes)
+
+
 def call_then_answer(conversation: str) -> str:
     """Call the tool, then answer with what it returned."""
     if "<|tool|>" not in conversation:
@@ -96,6 +110,27 @@ def test_the_lookup_task_is_solved_through_its_tool_only():
     assert all(outcome.stats.tool_calls == 1 and outcome.stats.turns == 2 for outcome in outcomes)
     _, samples, outcomes = play("lookup:Lookup", lambda text: "1", max_turns=2, max_new_tokens=32)
     assert all(outcome.stats.tool_calls == 0 for outcome in outcomes)
+    assert all(sample.reward == 0.0 for sample in samples)
+
+
+def test_the_lookup_reward_credits_the_call_s_format_and_the_value_s_digits_as_documented():
+    from lookup import CALL
+
+    # A first turn that is no readable call: 0.2 × the share of the call's 16 tokens in place, and the end.
+    _, samples, outcomes = play("lookup:Lookup", lambda text: CALL[:-len("</tool_call>")], max_turns=2,
+                                max_new_tokens=32)
+    # approx: the environment multiplies in another order, which may round the last bit differently.
+    assert all(sample.reward == pytest.approx(0.2 * 15 / 16) for sample in samples)
+    assert all(outcome.stats.turns == 1 and outcome.stats.tool_calls == 0 for outcome in outcomes)
+    # The call, then a wrong value: 0.2 for the call, no digit in place.
+    _, samples, _ = play("lookup:Lookup", lambda text: CALL if "<|tool|>" not in text else "ab", max_turns=2,
+                         max_new_tokens=32)
+    assert all(sample.reward == pytest.approx(0.2) for sample in samples)
+    # The call, then the value with something after it: 0.2 for the call and 0.2 per digit in place (approx: a
+    # sum of 0.2s rounds in binary).
+    _, samples, _ = play("lookup:Lookup", lambda text: CALL if "<|tool|>" not in text else call_then_answer(text) + "!",
+                         max_turns=2, max_new_tokens=32)
+    assert all(sample.reward == pytest.approx(0.6) for sample in samples)
 
 
 def test_the_token_budget_truncates_a_trajectory():
