@@ -11,41 +11,8 @@ from fasync.lint.registry import Finding, rule
 def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     """(section, fields, why the code ignores them, what would make them count) for every group of
     settings that has no effect."""
-    async_, rollout = cfg.async_, cfg.rollout
-    if cfg.mode == "sync":
-        yield "async", ["max_weight_staleness", "update_weights_interval"], \
-            "sync trains each rollout on the weights that generated it and syncs after every rollout", \
-            "`mode: async` or `mode: fully_async`"
-    if cfg.mode != "fully_async":
-        yield "async", ["max_queue_size", "max_concurrent_samples", "stale_policy"], \
-            "only fully_async has a rollouter and a queue", "`mode: fully_async`"
-        yield "async", ["partial_rollout", "tokens_per_call", "pause_mode"], \
-            "only the fully_async rollouter aborts and resumes generations; in async they finish under their weights", \
-            "`mode: fully_async`"
-    elif not async_.partial_rollout:
-        yield "async", ["tokens_per_call"], \
-            "without partial rollout a completion must finish under the weights it started with, so calls run to the end", \
-            "`async.partial_rollout: true`"
-    elif async_.max_weight_staleness is None:
-        yield "async", ["stale_policy"], "with `async.max_weight_staleness` null no group is ever too stale", \
-            "a staleness bound (`async.max_weight_staleness`)"
-    if cfg.mode == "fully_async" and async_.partial_rollout and rollout.engine == "vllm":
-        yield "async", ["tokens_per_call"], \
-            "in fully_async the vLLM engine takes each request as admission lets it in and batches whatever is in " \
-            "flight (continuous batching): there are no calls to slice, and a finished group leaves at once", \
-            "`rollout.engine: hf` (the torch engine, whose calls are closed batches)"
-    if cfg.mode == "fully_async" and not async_.partial_rollout:
-        yield "async", ["pause_mode"], \
-            "without partial rollout a weight sync lets the requests in flight finish under the weights they started " \
-            "with, so there are none to abort or keep", "`async.partial_rollout: true`"
-    elif cfg.mode == "fully_async" and rollout.engine != "vllm":
-        yield "async", ["pause_mode"], \
-            "the torch engine generates closed batches: a sync aborts its call (or waits for the end of a slice) and " \
-            "drops the keys and values it kept, as `abort` does", "`rollout.engine: vllm`, whose requests stream in"
-    elif cfg.mode == "fully_async" and rollout.agentic:
-        yield "async", ["pause_mode"], \
-            "agentic rollouts reach the engine through generate calls, which a sync aborts and the engine client " \
-            "continues from their prefix", "streamed requests (neither `rollout.function` nor `rollout.env`)"
+    yield from _ignored_async(cfg)
+    rollout = cfg.rollout
     if not rollout.dynamic_sampling:
         yield "rollout", ["over_sampling_batch_size", "max_sampling_rounds"], \
             "they size the refill rounds of `rollout.dynamic_sampling`, which is off", \
@@ -83,6 +50,46 @@ def _ignored(cfg) -> Iterator[tuple[str, list[str], str, str]]:
     if cfg.correction.level == "none":
         yield "correction", ["weight_upper", "weight_lower", "batch_normalize"], \
             "they shape importance weights, and `correction.level` is none", "`correction.level: token` or sequence"
+
+
+def _ignored_async(cfg) -> Iterator[tuple[str, list[str], str, str]]:
+    """`_ignored`'s groups of the `async` section: keys of a mode, a rollouter or an engine the config does not
+    run."""
+    async_, rollout = cfg.async_, cfg.rollout
+    if cfg.mode == "sync":
+        yield "async", ["max_weight_staleness", "update_weights_interval"], \
+            "sync trains each rollout on the weights that generated it and syncs after every rollout", \
+            "`mode: async` or `mode: fully_async`"
+    if cfg.mode != "fully_async":
+        yield "async", ["max_queue_size", "max_concurrent_samples", "stale_policy"], \
+            "only fully_async has a rollouter and a queue", "`mode: fully_async`"
+        yield "async", ["partial_rollout", "tokens_per_call", "pause_mode"], \
+            "only the fully_async rollouter aborts and resumes generations; in async they finish under their weights", \
+            "`mode: fully_async`"
+    elif not async_.partial_rollout:
+        yield "async", ["tokens_per_call"], \
+            "without partial rollout a completion must finish under the weights it started with, so calls run to the end", \
+            "`async.partial_rollout: true`"
+    elif async_.max_weight_staleness is None:
+        yield "async", ["stale_policy"], "with `async.max_weight_staleness` null no group is ever too stale", \
+            "a staleness bound (`async.max_weight_staleness`)"
+    if cfg.mode == "fully_async" and async_.partial_rollout and rollout.engine == "vllm":
+        yield "async", ["tokens_per_call"], \
+            "in fully_async the vLLM engine takes each request as admission lets it in and batches whatever is in " \
+            "flight (continuous batching): there are no calls to slice, and a finished group leaves at once", \
+            "`rollout.engine: hf` (the torch engine, whose calls are closed batches)"
+    if cfg.mode == "fully_async" and not async_.partial_rollout:
+        yield "async", ["pause_mode"], \
+            "without partial rollout a weight sync lets the requests in flight finish under the weights they started " \
+            "with, so there are none to abort or keep", "`async.partial_rollout: true`"
+    elif cfg.mode == "fully_async" and rollout.engine != "vllm":
+        yield "async", ["pause_mode"], \
+            "the torch engine generates closed batches: a sync aborts its call (or waits for the end of a slice) and " \
+            "drops the keys and values it kept, as `abort` does", "`rollout.engine: vllm`, whose requests stream in"
+    elif cfg.mode == "fully_async" and rollout.agentic:
+        yield "async", ["pause_mode"], \
+            "agentic rollouts reach the engine through generate calls, which a sync aborts and the engine client " \
+            "continues from their prefix", "streamed requests (neither `rollout.function` nor `rollout.env`)"
 
 
 @rule(
