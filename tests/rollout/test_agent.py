@@ -4,6 +4,7 @@ rollout function that waits on a 'tool' between its two turns shows what a weigh
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 
 import pytest
@@ -149,16 +150,11 @@ def test_a_weight_sync_does_not_wait_for_a_tool_and_the_next_turn_uses_the_new_w
     assert state.ledger.balanced
 
 
-def test_a_checkpoint_mid_trajectory_restarts_it_and_the_ledger_proves_nothing_lost_or_trained_twice():
-    import json
-    import tempfile
-    from pathlib import Path
-
-    from fasync.metrics.ledger import audit
-
+def snapshot_while_tools_wait(cfg):
+    """A fully_async rollouter on `cfg` run until two trajectories wait on their tools, then snapshotted and
+    stopped, as a checkpoint before a kill: (its snapshot, the ledger journal it held, the engines' end id)."""
     global waiting_on_tool
     waiting_on_tool = 0
-    cfg = agentic_config(mode="fully_async", **{"async": {"max_weight_staleness": None, "max_queue_size": 8}})
     factory = build_factory(resolve(cfg))
     end_id = factory.tokenizer.stop_token_ids[-1]
     first = Rollouter(resolve(cfg), [TurnEngine(end_id)], factory)
@@ -177,17 +173,20 @@ def test_a_checkpoint_mid_trajectory_restarts_it_and_the_ledger_proves_nothing_l
         snapshot = asyncio.run(before_the_kill())
     finally:
         gate.clear()
-    journal = snapshot.pop("journal")
-    assert snapshot["in_flight"] and not any(group.finished for group in snapshot["in_flight"])
+    return snapshot, snapshot.pop("journal"), end_id
 
-    second = Rollouter(resolve(cfg), [TurnEngine(end_id)], build_factory(resolve(cfg)))
+
+def resume_for_two_drains(cfg, engine, snapshot: dict, journal: list, version: int) -> tuple:
+    """A new rollouter restored from `snapshot`, as a resumed run's, taking two drains trained at `version`:
+    (the groups taken, the rollouter); its journal entries are added to `journal`."""
+    second = Rollouter(resolve(cfg), [engine], build_factory(resolve(cfg)))
 
     async def after_the_resume():
         journal.extend(await second.restore(pack({**snapshot, "journal": []})))
         running = asyncio.create_task(second.run())
         taken = []
         for _ in range(2):
-            groups, _ = unpack(await second.take(cfg.rollout.batch_size, train_version=0))
+            groups, _ = unpack(await second.take(cfg.rollout.batch_size, train_version=version))
             second.report_trained([g.group_id for g in groups], len(groups) * 2, len(groups) * 2)
             taken += groups
         await second.stop()
@@ -196,51 +195,40 @@ def test_a_checkpoint_mid_trajectory_restarts_it_and_the_ledger_proves_nothing_l
 
     taken = asyncio.run(after_the_resume())
     journal += second.take_journal()
-    # The restored trajectories ran again from their prompt: two whole turns each.
-    assert all(outcome.stats.turns == 2 for group in taken for outcome in group.outcomes)
-    path = Path(tempfile.mkdtemp()) / "ledger.jsonl"
+    return taken, second
+
+
+def assert_each_group_trained_once(journal: list, groups: int, tmp_path) -> None:
+    from fasync.metrics.ledger import audit
+
+    path = tmp_path / "ledger.jsonl"
     path.write_text("".join(json.dumps(entry) + "\n" for entry in journal))
     result = audit(path)
     assert result.ok, result.report()
-    assert result.states["trained"] == 2 * cfg.rollout.batch_size  # groups: two drains
+    assert result.states["trained"] == groups
+
+
+def test_a_checkpoint_mid_trajectory_restarts_it_and_the_ledger_proves_nothing_lost_or_trained_twice(tmp_path):
+    cfg = agentic_config(mode="fully_async", **{"async": {"max_weight_staleness": None, "max_queue_size": 8}})
+    snapshot, journal, end_id = snapshot_while_tools_wait(cfg)
+    assert snapshot["in_flight"] and not any(group.finished for group in snapshot["in_flight"])
+
+    taken, second = resume_for_two_drains(cfg, TurnEngine(end_id), snapshot, journal, version=0)
+    # The restored trajectories ran again from their prompt: two whole turns each.
+    assert all(outcome.stats.turns == 2 for group in taken for outcome in group.outcomes)
+    assert_each_group_trained_once(journal, 2 * cfg.rollout.batch_size, tmp_path)  # groups: two drains
     assert second.ledger.balanced
 
 
-def test_a_checkpoint_mid_trajectory_keeps_its_turns_and_the_resumed_run_goes_on_from_its_last_model_turn():
+def test_a_checkpoint_mid_trajectory_keeps_its_turns_and_the_resumed_run_goes_on_from_its_last_model_turn(tmp_path):
     """Snapshot while every trajectory waits on its second step: the resumed run keeps the first turn's tokens as
     sampled (version 0), the environment's step count and the reward so far, generates the second turn again
     (version 1) and finishes the trajectory; the ledger counts each group once."""
-    import json
-    import tempfile
-    from pathlib import Path
-
-    from fasync.metrics.ledger import audit
-
-    global waiting_on_tool
-    waiting_on_tool = 0
     cfg = tiny_config(mode="fully_async", model={"max_seq_len": 64}, **{
         "rollout": {"batch_size": 2, "n_samples_per_prompt": 2, "max_new_tokens": 8, "env": "test_agent:GatedGame",
                     "max_turns": 3, "max_observation_tokens": 8},
         "async": {"max_weight_staleness": None, "max_queue_size": 8}})
-    factory = build_factory(resolve(cfg))
-    end_id = factory.tokenizer.stop_token_ids[-1]
-    first = Rollouter(resolve(cfg), [TurnEngine(end_id)], factory)
-
-    async def before_the_kill():
-        gate["tool"] = asyncio.Event()
-        running = asyncio.create_task(first.run())
-        while waiting_on_tool < 2:
-            await asyncio.sleep(0.01)
-        snapshot = unpack(await first.snapshot())
-        await first.stop()
-        await running
-        return snapshot
-
-    try:
-        snapshot = asyncio.run(before_the_kill())
-    finally:
-        gate.clear()
-    journal = snapshot.pop("journal")
+    snapshot, journal, end_id = snapshot_while_tools_wait(cfg)
     saved = {group.group_id: group.in_progress for group in snapshot["in_flight"] if group.in_progress}
     points = [point for in_progress in saved.values() for point in in_progress.values()]
     assert len(points) >= 2 and all(point.stats.turns == 1 and point.reward == 1.0 and point.state == {"steps": 1}
@@ -249,22 +237,7 @@ def test_a_checkpoint_mid_trajectory_keeps_its_turns_and_the_resumed_run_goes_on
 
     engine = TurnEngine(end_id)
     engine.version = 1
-    second = Rollouter(resolve(cfg), [engine], build_factory(resolve(cfg)))
-
-    async def after_the_resume():
-        journal.extend(await second.restore(pack({**snapshot, "journal": []})))
-        running = asyncio.create_task(second.run())
-        taken = []
-        for _ in range(2):
-            groups, _ = unpack(await second.take(cfg.rollout.batch_size, train_version=1))
-            second.report_trained([g.group_id for g in groups], len(groups) * 2, len(groups) * 2)
-            taken += groups
-        await second.stop()
-        await running
-        return taken
-
-    taken = asyncio.run(after_the_resume())
-    journal += second.take_journal()
+    taken, second = resume_for_two_drains(cfg, engine, snapshot, journal, version=1)
     resumed = [group for group in taken if group.group_id in saved]
     assert resumed
     for group in resumed:
@@ -275,11 +248,7 @@ def test_a_checkpoint_mid_trajectory_keeps_its_turns_and_the_resumed_run_goes_on
             trained = [v for v, keep in zip(sample.token_versions, sample.trained) if keep]
             assert trained == [0] * (TURN_TOKENS + 1) + [1] * (TURN_TOKENS + 1)
             assert (outcome.stats.turns, outcome.reward, sample.reward) == (2, 2.0, 2.0)
-    path = Path(tempfile.mkdtemp()) / "ledger.jsonl"
-    path.write_text("".join(json.dumps(entry) + "\n" for entry in journal))
-    result = audit(path)
-    assert result.ok, result.report()
-    assert result.states["trained"] == 2 * cfg.rollout.batch_size
+    assert_each_group_trained_once(journal, 2 * cfg.rollout.batch_size, tmp_path)
     assert second.ledger.balanced
 
 
