@@ -1,6 +1,8 @@
 """`fasync import`: one realistic source per framework, written for these tests from each framework's documented
 keys; the derived geometry of the result and what the linter says about it."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -194,6 +196,20 @@ def _derived_quantities(cfg):
             cfg.async_.partial_rollout if cfg.mode == "fully_async" else None)
 
 
+def round_trip(original: Path, framework: str, tmp_path: Path):
+    """`original` written in `framework`'s own terms (`config show --as`) and imported back: (what `config show`
+    printed, the imported config, which must load)."""
+    shown = CliRunner().invoke(app, ["config", "show", str(original), "--as", framework])
+    assert shown.exit_code == 0, shown.output
+    rendering = tmp_path / f"source.{SUFFIX[framework]}"
+    rendering.write_text(shown.stdout)
+    out = tmp_path / "imported.yaml"
+    CliRunner().invoke(app, ["import", framework, str(rendering), "-o", str(out)])
+    imported = load_config(out).config
+    assert imported is not None, out.read_text()
+    return shown, imported
+
+
 @pytest.mark.parametrize("framework", sorted(SUFFIX))
 @pytest.mark.parametrize("setting", ROUND_TRIP_CONFIGS, ids=lambda s: "-".join(map(str, s)))
 def test_a_config_expressed_in_a_framework_imports_back_to_the_same_quantities(framework, setting, tmp_path):
@@ -203,14 +219,7 @@ def test_a_config_expressed_in_a_framework_imports_back_to_the_same_quantities(f
         "mode": mode, "rollout": {"batch_size": prompts, "n_samples_per_prompt": n},
         "train": {"global_batch_size": per_step, "num_rollouts": 40},
         "async": {"max_weight_staleness": staleness, "update_weights_interval": interval}}))
-    shown = CliRunner().invoke(app, ["config", "show", str(original), "--as", framework])
-    assert shown.exit_code == 0, shown.output
-    rendering = tmp_path / f"source.{SUFFIX[framework]}"
-    rendering.write_text(shown.stdout)
-    out = tmp_path / "imported.yaml"
-    CliRunner().invoke(app, ["import", framework, str(rendering), "-o", str(out)])
-    imported = load_config(out).config
-    assert imported is not None, out.read_text()
+    shown, imported = round_trip(original, framework, tmp_path)
     before, after = _derived_quantities(load_config(original).config), _derived_quantities(imported)
     if "not expressible" in shown.stdout:
         # What the framework cannot say is named, and it is the only thing that differs.
@@ -307,14 +316,7 @@ def test_an_algorithm_expressed_in_a_framework_imports_back_or_is_named(framewor
                 "train": {"global_batch_size": 64, "num_rollouts": 40}}
     original.write_text(yaml.safe_dump({name: {**geometry.get(name, {}), **sections.get(name, {})}
                                         for name in {*geometry, *sections}}))
-    shown = CliRunner().invoke(app, ["config", "show", str(original), "--as", framework])
-    assert shown.exit_code == 0, shown.output
-    rendering = tmp_path / f"source.{SUFFIX[framework]}"
-    rendering.write_text(shown.stdout)
-    out = tmp_path / "imported.yaml"
-    CliRunner().invoke(app, ["import", framework, str(rendering), "-o", str(out)])
-    imported = load_config(out).config
-    assert imported is not None, out.read_text()
+    shown, imported = round_trip(original, framework, tmp_path)
     before, after = _algorithm(load_config(original).config), _algorithm(imported)
     changed = {key for key in before if before[key] != after[key]}
     # What the framework cannot say is named, and only that differs.
