@@ -84,8 +84,12 @@ class Simulation:
         return end
 
     def _train(self, groups: list[Group], version: int, start: float, slowdown: float) -> tuple[float, int, int]:
-        """Train on the groups at `version` from `start`: (end, samples trained, optimizer steps)."""
+        """Train on the groups at `version` from `start`: (end, samples trained, optimizer steps). Each of
+        `train.ppo_epochs` passes takes the rollout's steps again, so the samples train, and age in steps, once
+        per pass. Each pass costs what the first does: the trainer reshuffles the samples between passes, which
+        with several steps a pass changes only how the steps' micro batches pad."""
         steps, trimmed = split_steps(groups, self.derived, self.cfg.train.use_dynamic_global_batch_size)
+        steps *= self.cfg.train.ppo_epochs
         runs = [[run for group, count in step for run in group.runs(count)] for step in steps]
         micro, ranks = self.derived.micro_batch_size, self.cfg.resources.trainer_ranks
         duration = self.costs.train_call(runs, micro, ranks, self.derived.ratio_anchor == "recompute") * slowdown

@@ -110,6 +110,44 @@ def test_the_recompute_anchor_costs_a_forward_pass_for_every_step_after_the_firs
     assert costs.train_call(one_batch * 3, 4, 1, recompute=True) == pytest.approx(1.0 + 3 * 5.0 + 2 * 3.0 / 3)
 
 
+@pytest.mark.parametrize("mode,records,staleness,lag", [
+    # sync: each rollout generates (4 s), trains two passes of one 2 s step and waits for the 0.5 s sync; the
+    # second pass trains on samples one step old: lag N × E − 1 = 1.
+    ("sync", [8.5, 17.0, 25.5, 34.0], {0: 16}, {0: 8, 1: 8}),
+    # async and fully_async at a bound of 1: the 4 s train call keeps pace with the 4 s generation; the
+    # samples one version old reach the bound's (s + 1) × N × E − 1 = 3 steps in their second pass.
+    ("async", [8.0, 12.0, 16.5, 21.0], {0: 4, 1: 12}, {0: 2, 1: 2, 2: 6, 3: 6}),
+    ("fully_async", [8.0, 12.0, 16.5, 21.0], {0: 4, 1: 12}, {0: 2, 1: 2, 2: 6, 3: 6}),
+])
+def test_each_ppo_epoch_is_another_pass_of_optimizer_steps(tmp_path, mode, records, staleness, lag):
+    bound = [] if mode == "sync" else ["async.max_weight_staleness=1"]
+    one, _ = run(config(tmp_path, f"mode={mode}", "train.ppo_epochs=1", *bound))
+    cfg = config(tmp_path, f"mode={mode}", "train.ppo_epochs=2", *bound)
+    two, _ = run(cfg)
+    assert one.train_calls == [(2.0, 2.0)] * 4
+    assert two.train_calls == [(4.0, 4.0)] * 4
+    assert record_times(two) == records
+    # Every pass trains each sample (and the step records count it) once more, a step later.
+    assert dict(two.staleness) == staleness
+    assert dict(two.lag_steps) == lag
+    assert max(lag) == derive(cfg).max_lag.steps
+
+
+def test_ppo_epochs_double_the_optimizer_steps_time_at_the_default_costs():
+    # The optimizer steps' time (`train_time_s`) is exactly twice: the same steps again, so every term of
+    # the cost doubles (a float times 2 is exact). The samples trained, and so the ledger, stay as they were.
+    runs = {}
+    for epochs in (1, 2):
+        cfg = load_config(QUICKSTART, ["mode=sync", f"train.ppo_epochs={epochs}", "train.num_rollouts=3"]).config
+        runs[epochs] = run(cfg, Costs())
+    (one, one_sim), (two, two_sim) = runs[1], runs[2]
+    assert [steps for _, steps in two.train_calls] == [2 * steps for _, steps in one.train_calls]
+    assert [(samples, 2 * steps) for _, samples, steps in one.records] == [(samples, steps) for _, samples, steps
+                                                                           in two.records]
+    assert two_sim.ledger.as_dict() == one_sim.ledger.as_dict()
+    assert two_sim.ledger.balanced
+
+
 def test_a_weight_sync_costs_its_bytes_over_the_bandwidth(tmp_path):
     # The embedded model's parameters at 4 bytes: a bandwidth that moves them in 1 s makes each sync 0.5 + 1 s,
     # so a sync rollout takes 4 + 2 + 1.5 s.
