@@ -60,6 +60,7 @@ def vllm_engine(transport: str):
     engine = VLLMEngine.__new__(VLLMEngine)
     RolloutEngine.__init__(engine)
     engine.transport = transport
+    engine.keeps_kv = False  # `async.pause_mode: abort`, the default: a load recomputes the requests in flight
     engine.llm = LLM.__new__(LLM)
     engine.llm.llm_engine = RecordingEngineCore()
     return engine
