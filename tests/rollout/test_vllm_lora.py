@@ -10,14 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 from paths import REPO
-from test_vllm_train import REWARD, finish, start_train
 from tiny_models import skip_unless_vllm_cpu, write_vllm_llama
+from vllm_runs import finish, start_train, write_run
 
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -38,22 +36,6 @@ def model_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tiny-llama-lora")
     write_vllm_llama(directory)
     return directory
-
-
-def write_run(directory: Path, model_dir: Path, run: str) -> Path:
-    (directory / "my_reward.py").write_text(textwrap.dedent(REWARD))
-    config = {
-        "model": {"path": str(model_dir), "lora": {"rank": 8, "alpha": 16}},
-        "data": {"task": "copy", "length": 1},
-        "reward": {"function": "my_reward:digit_first"},
-        "rollout": {"engine": "vllm", "batch_size": 8, "n_samples_per_prompt": 8, "max_new_tokens": 2},
-        "train": {"global_batch_size": 64, "micro_batch_size": 64, "num_rollouts": ROLLOUTS, "lr": 3e-2},
-        "logging": {"progress": "none"},
-        **RUNS[run],
-    }
-    path = directory / "run.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
 
 
 def merged_kl_from_base(directory: Path, model_dir: Path) -> float:
@@ -83,7 +65,8 @@ def runs(model_dir, tmp_path_factory):
     started = {}
     for run in RUNS:
         directory = tmp_path_factory.mktemp(f"lora-{run}")
-        started[run] = (directory, start_train(directory, write_run(directory, model_dir, run)))
+        config = write_run(directory, model_dir, ROLLOUTS, model={"lora": {"rank": 8, "alpha": 16}}, **RUNS[run])
+        started[run] = (directory, start_train(directory, config))
     yield started
     for _, process in started.values():
         if process.poll() is None:

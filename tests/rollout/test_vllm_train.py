@@ -6,16 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-import yaml
-from paths import REPO
 from tiny_models import skip_unless_vllm_cpu, write_vllm_llama
+from vllm_runs import finish, start_train, write_run
 
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -31,12 +27,6 @@ RUNS = {
                                                              "pause_mode": "keep"}, "correction": {"level": "token"}},
 }
 """Each run's name and what its config sets beyond `write_run`'s."""
-# A reward the tiny Llama learns within a few rollouts: about one token in five of its vocabulary is a digit.
-REWARD = """
-def digit_first(completion, label):
-    return float(completion[:1].isdigit())
-"""
-
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
@@ -46,43 +36,6 @@ def model_dir(tmp_path_factory):
     return directory
 
 
-def write_run(directory: Path, model_dir: Path, run: str, rollouts: int = ROLLOUTS) -> Path:
-    (directory / "my_reward.py").write_text(textwrap.dedent(REWARD))
-    config = {
-        "model": {"path": str(model_dir)},
-        "data": {"task": "copy", "length": 1},
-        "reward": {"function": "my_reward:digit_first"},
-        "rollout": {"engine": "vllm", "batch_size": 8, "n_samples_per_prompt": 8, "max_new_tokens": 2},
-        "train": {"global_batch_size": 64, "micro_batch_size": 64, "num_rollouts": rollouts, "lr": 3e-2},
-        "logging": {"progress": "none"},
-        **RUNS[run],
-    }
-    path = directory / "run.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def start_train(directory: Path, config: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(directory)])}
-    # Output to a file (a pipe nobody reads while the other runs go on would fill and block the run), and a
-    # session of its own: whatever happens to the test, the run and the Ray cluster it started can be ended.
-    with open(directory / "output.txt", "w") as output:
-        return subprocess.Popen([sys.executable, "-m", "fasync.cli", "train", str(config), "--run-dir",
-                                 str(directory / "out")], cwd=directory, env=env, stdout=output,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def finish(process: subprocess.Popen, directory: Path, timeout: float) -> str:
-    """The run's output once it exits; past `timeout` it is stopped (its whole process group) and the test fails."""
-    try:
-        process.wait(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return (directory / "output.txt").read_text()
-
-
 @pytest.fixture(scope="module")
 def runs(model_dir, tmp_path_factory):
     """Every run of this module started at once, each with its own Ray cluster and vLLM engine: most of a run
@@ -90,7 +43,7 @@ def runs(model_dir, tmp_path_factory):
     started = {}
     for name, run, rollouts in [*((run, run, ROLLOUTS) for run in RUNS), ("kill", "sync", 1000)]:
         directory = tmp_path_factory.mktemp(name)
-        started[name] = (directory, start_train(directory, write_run(directory, model_dir, run, rollouts)))
+        started[name] = (directory, start_train(directory, write_run(directory, model_dir, rollouts, **RUNS[run])))
     yield started
     for _, process in started.values():
         if process.poll() is None:
