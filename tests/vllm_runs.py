@@ -51,7 +51,12 @@ def finish(process: subprocess.Popen, directory: Path, timeout: float) -> str:
     try:
         process.wait(timeout=timeout)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop(process)
     return (directory / "output.txt").read_text()
+
+
+def stop(process: subprocess.Popen) -> None:
+    """End a run `start_train` started, if it still runs: its whole session, with the Ray cluster it started."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

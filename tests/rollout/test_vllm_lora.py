@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from paths import REPO
 from tiny_models import skip_unless_vllm_cpu, write_vllm_llama
-from vllm_runs import finish, start_train, write_run
+from vllm_runs import finish, start_train, stop, write_run
 
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -69,9 +68,7 @@ def runs(model_dir, tmp_path_factory):
         started[run] = (directory, start_train(directory, config))
     yield started
     for _, process in started.values():
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop(process)
 
 
 @pytest.mark.timeout(1200)

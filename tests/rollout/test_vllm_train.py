@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from tiny_models import skip_unless_vllm_cpu, write_vllm_llama
-from vllm_runs import finish, start_train, write_run
+from vllm_runs import finish, start_train, stop, write_run
 
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -46,9 +46,7 @@ def runs(model_dir, tmp_path_factory):
         started[name] = (directory, start_train(directory, write_run(directory, model_dir, rollouts, **RUNS[run])))
     yield started
     for _, process in started.values():
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop(process)
 
 
 @pytest.mark.timeout(1200)
