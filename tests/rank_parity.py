@@ -1,7 +1,10 @@
 """The small trainer setting that several ranks and one rank train alike (data parallel, FSDP2, sharded
 checkpoints), its made-up rollout, and what "alike" means for their records and weights."""
 
+import gc
 import random
+
+import torch.distributed as dist
 
 from fasync.rollout.types import GroupId, Sample
 
@@ -48,3 +51,12 @@ def rollout(seed: int) -> list[Sample]:
             behaviour_logprobs=[-rng.uniform(1.5, 3.5) for _ in range(length)],
             token_versions=[0] * length, reward=float(rng.random() < 0.5)))
     return samples
+
+
+def leave_group() -> None:
+    """End a spawned rank's process group once the rank's trainer is out of scope. FSDP2's modules hold the
+    gloo group in reference cycles; left to the interpreter's exit, the group is destroyed among C++ statics
+    and its threads can abort the process ("terminate called without an active exception": 4 in 42 runs of
+    the sharded checkpoint test on an AMD EPYC, none in 45 once the trainer is collected first)."""
+    gc.collect()
+    dist.destroy_process_group()

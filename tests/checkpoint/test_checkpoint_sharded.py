@@ -4,9 +4,8 @@ very weights and optimizer step count the sharded trainer had."""
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
-from rank_parity import SETTINGS, rollout
+from rank_parity import SETTINGS, leave_group, rollout
 
 from fasync.checkpoint import Checkpoint
 from fasync.checkpoint.state import load_policy, load_trainer, save_trainer
@@ -18,16 +17,20 @@ from fasync.train.trainer import Trainer
 FSDP2 = {**SETTINGS, "train": {**SETTINGS["train"], "strategy": "fsdp2"}}
 
 
-def _rank(rank: int, world: int, port: int, out: str) -> None:
-    torch.set_num_threads(1)
+def _train_and_save(rank: int, world: int, port: int, out: str) -> dict:
     cfg = FasyncConfig.model_validate({**FSDP2, "resources": {"trainer_ranks": world}})
     trainer = Trainer(resolve(cfg), rank, world, f"tcp://127.0.0.1:{port}")
     trainer.train_rollout(rollout(0), 0)
     save_trainer(trainer, out)
-    weights = trainer.rollout_state_dict()
+    return trainer.rollout_state_dict()
+
+
+def _rank(rank: int, world: int, port: int, out: str) -> None:
+    torch.set_num_threads(1)
+    weights = _train_and_save(rank, world, port, out)
     if rank == 0:
         torch.save(weights, f"{out}/full.pt")
-    dist.destroy_process_group()
+    leave_group()
 
 
 @pytest.mark.timeout(300)

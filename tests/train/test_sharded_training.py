@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from collectives import WrongDevice, only_on
-from rank_parity import COMPARED, RECORD_TOLERANCE, SETTINGS, WEIGHT_TOLERANCE, rollout
+from rank_parity import COMPARED, RECORD_TOLERANCE, SETTINGS, WEIGHT_TOLERANCE, leave_group, rollout
 
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import resolve
@@ -22,16 +22,20 @@ def with_train(**train) -> dict:
     return {**SETTINGS, "train": {**SETTINGS["train"], **train}}
 
 
-def _rank(rank: int, world: int, port: int, settings: dict, out: str) -> None:
-    torch.set_num_threads(1)
+def _train(rank: int, world: int, port: int, settings: dict) -> dict:
     cfg = FasyncConfig.model_validate({**settings, "resources": {"trainer_ranks": world}})
     trainer = Trainer(resolve(cfg), rank, world, f"tcp://127.0.0.1:{port}")
     with only_on(trainer.device):
         records = [record for version in range(ROLLOUTS) for record in trainer.train_rollout(rollout(version), version)]
-        state = trainer.rollout_state_dict()
+        return {"records": records, "state": trainer.rollout_state_dict()}
+
+
+def _rank(rank: int, world: int, port: int, settings: dict, out: str) -> None:
+    torch.set_num_threads(1)
+    trained = _train(rank, world, port, settings)
     if rank == 0:
-        torch.save({"records": records, "state": state}, out)
-    dist.destroy_process_group()
+        torch.save(trained, out)
+    leave_group()
 
 
 def run_ranks(settings: dict, tmp_path, world: int = 2) -> dict:
