@@ -164,6 +164,9 @@ METRICS: dict[str, Metric] = _metrics(
     Metric("reward_mean", "1", "mean reward of the step's samples", over="last"),
     Metric("advantage_abs_mean", "1", "mean absolute advantage of the step's samples"),
     Metric("response_length_mean", "tokens", "mean completion length of the step's samples", over="mean"),
+    Metric("response_truncated_fraction", "fraction", "the step's samples cut off by `rollout.max_new_tokens` "
+           "(finish reason `length`; verl's `response_length/clip_ratio`), which overlong shaping drives down",
+           over="mean"),
     Metric("skipped", "bool", "the step took no optimizer step"),
     Metric("zero_advantage_streak", "optimizer steps", "optimizer steps in a row, up to this one, whose every "
            f"advantage was 0; the run warns at {STREAK_STEPS} (fasync/metrics/signal.py)", over="max"),

@@ -202,6 +202,8 @@ class Trainer:
             "reward_mean": sum(s.reward for s in step_samples) / max(len(step_samples), 1),
             "advantage_abs_mean": sum(abs(s.advantage) for s in step_samples) / max(len(step_samples), 1),
             "response_length_mean": sum(len(s.output_ids) for s in step_samples) / max(len(step_samples), 1),
+            "response_truncated_fraction": sum(s.finish_reason == "length" for s in step_samples)
+            / max(len(step_samples), 1),
             "staleness_mean": sum(staleness) / max(len(staleness), 1),
             "staleness_max": max(staleness, default=0),
             "train_time_s": time.monotonic() - start,
