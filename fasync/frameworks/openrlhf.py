@@ -40,6 +40,11 @@ REMOTE_REWARD = ("an http(s) URL is reward.url (OpenRLHF posts {query, prompts, 
                  "`reward_func(queries, prompts, labels)` scores prompt+completion texts in a batch: the import asks "
                  "for a reward.function, batched, of `prompt`, `completion` and `label` lists.")
 
+LEARNED_REWARD = ("a learned reward model, which OpenRLHF runs on its own GPUs when no remote_rm_url is set: fasync "
+                  "scores through a server that runs it, answering fasync's batches ({\"items\": [...]} → "
+                  "{\"rewards\": [...]}, docs/training.md#a-remote-reward): the import asks for its reward.url.")
+REWARD_MODEL_GPUS = "the learned reward model's GPUs: the reward server's, outside fasync's resources."
+
 ROWS = [
     ("rollout.batch_size", "rollout.batch_size", SAME, "prompts per rollout, the same meaning."),
     ("rollout_batch_size", "rollout.batch_size", SAME, "prompts per rollout, the same meaning."),
@@ -116,6 +121,9 @@ ROWS = [
      REMOTE_REWARD),
     ("reward.remote_url", ("reward.url", "reward.function"), CONVERTED,
      REMOTE_REWARD),
+    ("reward_pretrain", "reward.url", ADAPT, LEARNED_REWARD),
+    ("reward_num_nodes", (), NONE, REWARD_MODEL_GPUS),
+    ("reward_num_gpus_per_node", (), NONE, REWARD_MODEL_GPUS),
     ("agent_func_path", "rollout.env", ADAPT,
      "its AgentInstance is a fasync environment: `reset(states)` → observation becomes `reset(task)` → messages, "
      "`step(states)` → rewards, environment_feedback, done becomes `step(model_text)` → Step(messages, reward, "
@@ -143,7 +151,7 @@ def import_into(source: Source, out: Imported) -> set[str]:
             queue, why = source.get(queue_key), source.cite(queue_key)
         elif "OPENRLHF_ASYNC_QUEUE_SIZE" in source.variables:
             queue = int(source.variables["OPENRLHF_ASYNC_QUEUE_SIZE"])
-            why = f"OPENRLHF_ASYNC_QUEUE_SIZE={queue} (exported by the script)"
+            why = f"OPENRLHF_ASYNC_QUEUE_SIZE={queue} (the script's environment)"
         else:
             queue, why = 1, "async_queue_size 1 (the OpenRLHF default)"
         out.set("async.max_weight_staleness", queue, f"{why}: rollouts queued ahead of the trainer")
@@ -175,16 +183,23 @@ def import_into(source: Source, out: Imported) -> set[str]:
         "actor.num_gpus_per_node", "algo.advantage.is_correction_enable", "algo.advantage.is_correction_threshold"}
 
 
+def _learned_reward_model(source: Source) -> bool:
+    """train_ppo_ray.py scores with the `--reward_pretrain` model only when no `--remote_rm_url` (or agent,
+    whose steps give the reward) is set: it builds the RewardModelActor group only then."""
+    return bool(source.get("reward_pretrain")) and not any(
+        source.get(key) for key in ("remote_rm_url", "reward.remote_url", "agent_func_path"))
+
+
 def _refuse_unsupported(source: Source) -> None:
+    """A critic is refused; a learned reward model alone is not: `_reward` asks for the server that runs it."""
     estimator = source.get("advantage_estimator", source.get("algo.advantage.estimator", "gae"))
     reasons = []
     if estimator == "gae" or any(key.startswith("critic_num") for key in source.values):
         reasons.append(f"PPO with a critic ({source.cite('advantage_estimator', 'gae')}); fasync has no value model")
     elif estimator not in ADVANTAGE_ESTIMATOR:
         reasons.append(f"{source.cite('advantage_estimator')} advantages")
-    if source.get("reward_pretrain"):
-        reasons.append(f"a learned reward model ({source.cite('reward_pretrain')}); fasync rewards are functions "
-                       "of the completion and the label")
+    if reasons and _learned_reward_model(source):
+        reasons.append(f"a learned reward model ({source.cite('reward_pretrain')})")
     if reasons:
         raise ImportFailure("not supported: " + "; ".join(reasons))
 
@@ -194,6 +209,8 @@ def _reward(source: Source, out: Imported) -> None:
     a batch function of other fields than fasync's: the import asks for its adaptation."""
     key = next((k for k in ("remote_rm_url", "reward.remote_url") if k in source.values), None)
     if key is None:
+        if _learned_reward_model(source):
+            out.need("reward.url", f"{source.cite('reward_pretrain')}: {LEARNED_REWARD.rstrip('.')}")
         return
     value = source.get(key)
     references = [str(v) for v in value] if isinstance(value, list) else str(value).split(",")
@@ -301,13 +318,16 @@ FRAMEWORK = Framework("openrlhf", "OpenRLHF", ROWS, import_into, express,
                                "its `reward_func(queries, prompts, labels)` asks for a batched `reward.function` of "
                                "`prompt`, `completion` and `label` lists. `--agent_func_path` asks for a "
                                "`rollout.env`: its AgentInstance's `reset`/`step` map onto an environment's, whose "
-                               "steps give the reward. A learned reward model (`--reward_pretrain`) is refused as "
-                               "not supported."),
+                               "steps give the reward. A learned reward model (`--reward_pretrain`, which OpenRLHF "
+                               "runs when no `--remote_rm_url` is set) asks for a `reward.url`: fasync scores "
+                               "through a server that runs the model; with a critic it is refused."),
                       modes=("`--async_train` (`train.async_enable`) is `async`, its bound `--async_queue_size` (or "
-                             "the script's `OPENRLHF_ASYNC_QUEUE_SIZE`, default 1); partial rollout is `fully_async` "
+                             "`OPENRLHF_ASYNC_QUEUE_SIZE`, exported by the script or given with `--env`; default 1); partial rollout is `fully_async` "
                              "with `async.partial_rollout`; otherwise `sync`."),
-                      defaults=("`advantage_estimator` defaults to gae (a critic) and `--reward_pretrain` is a learned "
-                                "reward model: both refused as not supported; the other estimators are read as the "
+                      defaults=("`advantage_estimator` defaults to gae (a critic): refused as not supported; "
+                                "`--reward_pretrain` without `--remote_rm_url` is a learned reward model: the "
+                                "import writes the config and asks for the `reward.url` of a server that runs it "
+                                "(exit 1); the other estimators are read as the "
                                 "key table says; `n_samples_per_prompt` 1; vLLM engines; `--colocate_all_models` "
                                 "shares the GPUs only without `--async_train`; `--enable_vllm_is_correction` "
                                 "truncates at [0.5, 5.0] (the older `--vllm_enable_is_correction` at 2), ICEPOP "

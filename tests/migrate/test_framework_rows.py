@@ -108,6 +108,7 @@ ADAPTED = {
     "custom_generate_function_path": "generate_with_retool.generate",
     "custom_rm_path": "generate_with_retool.reward_func",
     "agent_func_path": "examples/python/agent_func.py",
+    "reward_pretrain": "OpenRLHF/Llama-3-8b-rm-700k",
     "environment_factory": "WordleEnv",
 }
 """A value each `adapt it` key documents."""
