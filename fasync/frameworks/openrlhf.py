@@ -173,6 +173,10 @@ def import_into(source: Source, out: Imported) -> set[str]:
         trackers["tensorboard"] = source.cite("use_tensorboard")
     out.set_trackers(trackers)
     _reward(source, out)
+    if source.get("reward_pretrain") and not _learned_reward_model(source):
+        converted.add("reward_pretrain")
+        out.unmapped.append((source.written.get("reward_pretrain", "reward_pretrain"), source.get("reward_pretrain"),
+                             "ignored: OpenRLHF builds no reward model when a remote reward or an agent is set"))
     return converted | {
         "train.partial_rollout_enable", "partial_rollout_enable", "train.async_enable", "async_train",
         "train.async_queue_size", "async_queue_size", "use_wandb", "use_tensorboard", "n_samples_per_prompt",
@@ -208,9 +212,7 @@ def _reward(source: Source, out: Imported) -> None:
     """--remote_rm_url: a reward server (reward.url) or a Python file of `reward_func(queries, prompts, labels)`,
     a batch function of other fields than fasync's: the import asks for its adaptation."""
     key = next((k for k in ("remote_rm_url", "reward.remote_url") if k in source.values), None)
-    if key is None:
-        if _learned_reward_model(source):
-            out.need("reward.url", f"{source.cite('reward_pretrain')}: {LEARNED_REWARD.rstrip('.')}")
+    if key is None:  # a learned reward model alone is its `adapt it` row's: the import asks for its server
         return
     value = source.get(key)
     references = [str(v) for v in value] if isinstance(value, list) else str(value).split(",")
