@@ -152,16 +152,16 @@ def render_migrate_md() -> str:
          "from its environment (`--env 1=...` a positional argument); a setting whose value depends on a variable "
          "that stays unknown is not written, and the header names each such variable with the `--env` flag that sets "
          "it. A line that is not valid bash (a `<PLACEHOLDER>` left for the user to fill in) is left out, and the "
-         "header names its file and line; the rest of the script is read as usual. Measured on the corpus's 32 shell "
-         "scripts, tree-sitter-bash parses 31 without an error node (the other, OpenRLHF's slurm script, holds a "
-         "placeholder bash itself rejects) where bashlex 0.18 parsed 9."),
+         "header names its file and line; the rest of the script is read as usual. Measured on the corpus's 33 shell "
+         "scripts, tree-sitter-bash parses 32 without an error node (the other, OpenRLHF's slurm script, holds a "
+         "placeholder bash itself rejects) where bashlex 0.18 parsed 10."),
         "",
-        ("`tests/import_corpus/` holds 52 real, unmodified launch scripts and configs of the seven frameworks "
+        ("`tests/import_corpus/` holds 53 real, unmodified launch scripts and configs of the seven frameworks "
          "(fully-async and one-step-off recipes, RLOO, REINFORCE++ and GSPO among them) with the mode, geometry, "
          "staleness, kept values and findings each defines, derived by hand from the framework's own code; "
          "`tests/migrate/test_import_corpus.py` imports every one and compares: every file imports as expected, or "
-         "fails as unsupported where it should (a critic in 4 files, a step smaller than a prompt group in 1). 47 "
-         "of the 52 (90%) import to a config that loads with the geometry and kept values right, issue 30's bar, "
+         "fails as unsupported where it should (a critic in 4 files, a step smaller than a prompt group in 1). 48 "
+         "of the 53 (91%) import to a config that loads with the geometry and kept values right, issue 30's bar, "
          "which the test holds at 90%."),
         "",
         ("The other way, `fasync config show CONFIG --as FRAMEWORK` prints a fasync config's mode, batch geometry, "

@@ -43,6 +43,7 @@ REMOTE_REWARD = ("an http(s) URL is reward.url (OpenRLHF posts {query, prompts, 
 LEARNED_REWARD = ("a learned reward model, which OpenRLHF runs on its own GPUs when no remote_rm_url is set: fasync "
                   "scores through a server that runs it, answering fasync's batches ({\"items\": [...]} → "
                   "{\"rewards\": [...]}, docs/training.md#a-remote-reward): the import asks for its reward.url.")
+KL_ESTIMATOR = "fasync's KL loss is always the k3 estimate: k3 carries over, k1 and k2 have no equivalent."
 REWARD_MODEL_GPUS = "the learned reward model's GPUs: the reward server's, outside fasync's resources."
 
 ROWS = [
@@ -124,6 +125,8 @@ ROWS = [
     ("reward_pretrain", "reward.url", ADAPT, LEARNED_REWARD),
     ("reward_num_nodes", (), NONE, REWARD_MODEL_GPUS),
     ("reward_num_gpus_per_node", (), NONE, REWARD_MODEL_GPUS),
+    ("kl_estimator", (), NONE, KL_ESTIMATOR),
+    ("use_kl_estimator_k3", (), NONE, KL_ESTIMATOR),
     ("agent_func_path", "rollout.env", ADAPT,
      "its AgentInstance is a fasync environment: `reset(states)` → observation becomes `reset(task)` → messages, "
      "`step(states)` → rewards, environment_feedback, done becomes `step(model_text)` → Step(messages, reward, "
@@ -252,7 +255,10 @@ def _correction(source: Source, out: Imported, asynchronous: bool) -> None:
         threshold_key = "algo.advantage.is_correction_threshold" if nested else "vllm_is_truncated_threshold"
         threshold = source.get(threshold_key, [0.5, 5.0] if newer or source.get("use_icepop") else 2.0)
         bounds = [float(v) for v in threshold] if isinstance(threshold, list) else [0.0, float(threshold)]
-        out.set("correction.weight_upper", bounds[-1], source.cite(threshold_key, threshold))
+        why = source.cite(threshold_key, threshold)
+        if newer and threshold_key not in source.values:
+            why += "; OpenRLHF v0.8.9 to v0.9.0 capped this flag at 2 (set correction.weight_upper: 2.0 for those)"
+        out.set("correction.weight_upper", bounds[-1], why)
         if source.get("use_icepop") or source.get("vllm_is_correction_type") == "icepop":
             out.set("correction.reject_token_ratio", bounds if len(bounds) == 2 else [0.0, bounds[-1]],
                     "ICEPOP: tokens whose weight leaves the interval are dropped")
@@ -332,5 +338,5 @@ FRAMEWORK = Framework("openrlhf", "OpenRLHF", ROWS, import_into, express,
                                 "(exit 1); the other estimators are read as the "
                                 "key table says; `n_samples_per_prompt` 1; vLLM engines; `--colocate_all_models` "
                                 "shares the GPUs only without `--async_train`; `--enable_vllm_is_correction` "
-                                "truncates at [0.5, 5.0] (the older `--vllm_enable_is_correction` at 2), ICEPOP "
+                                "truncates at [0.5, 5.0] (v0.8.9 to v0.9.0 at 2, as the older `--vllm_enable_is_correction`), ICEPOP "
                                 "rejects outside it."))
