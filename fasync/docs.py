@@ -156,12 +156,12 @@ def render_migrate_md() -> str:
          "scripts, tree-sitter-bash parses 32 without an error node (the other, OpenRLHF's slurm script, holds a "
          "placeholder bash itself rejects) where bashlex 0.18 parsed 10."),
         "",
-        ("`tests/import_corpus/` holds 53 real, unmodified launch scripts and configs of the seven frameworks "
-         "(fully-async and one-step-off recipes, RLOO, REINFORCE++ and GSPO among them) with the mode, geometry, "
+        ("`tests/import_corpus/` holds 54 real, unmodified launch scripts and configs of the seven frameworks "
+         "(fully-async and one-step-off recipes, RLOO, REINFORCE++, GSPO and AReaL's per-engine layout among them) with the mode, geometry, "
          "staleness, kept values and findings each defines, derived by hand from the framework's own code; "
          "`tests/migrate/test_import_corpus.py` imports every one and compares: every file imports as expected, or "
-         "fails as unsupported where it should (a critic in 4 files, a step smaller than a prompt group in 1). 48 "
-         "of the 53 (91%) import to a config that loads with the geometry and kept values right, issue 30's bar, "
+         "fails as unsupported where it should (a critic in 4 files, a step smaller than a prompt group in 1). 49 "
+         "of the 54 (91%) import to a config that loads with the geometry and kept values right, issue 30's bar, "
          "which the test holds at 90%."),
         "",
         ("The other way, `fasync config show CONFIG --as FRAMEWORK` prints a fasync config's mode, batch geometry, "

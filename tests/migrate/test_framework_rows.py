@@ -69,7 +69,8 @@ EXAMPLES |= {
     "reward_model.overlong_buffer.len": 512, "reward_model.overlong_buffer.penalty_factor": 1.0,
     "lr_decay_style": "cosine", "model.name": "/models/qwen", "lora_rank": 16, "lora_alpha": 32,
     "target_modules": "all-linear", "importance_sampling_level": "token", "top_k": 20, "warmup_ratio": 0.1,
-    "lr_scheduler_type": "cosine",
+    "lr_scheduler_type": "cosine", "rollout.backend": "sglang:d4p1t1", "actor.backend": "fsdp:d4p1t1",
+    "actor.reward_norm.mean_leave1out": True,
 }
 """A value each converted key documents, by the key as the tables spell it (the second part: the algorithm rows)."""
 
