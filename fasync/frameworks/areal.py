@@ -136,7 +136,8 @@ def import_into(source: Source, out: Imported) -> set[str]:
              "YAML does not name (examples/math's gsm8k_reward_fn grades with math_verify: fasync's math_verify); a "
              "custom workflow's arun_episode is a rollout.function, async def f(task, engine) (docs/agentic.md)")
     return {"actor.use_decoupled_loss", "actor.recompute_logprob", "rollout.max_concurrent_rollouts",
-            "allocation_mode", "rollout.backend", "actor.backend", "rollout.scheduling_strategy.type", "cluster.n_nodes", "cluster.n_gpus_per_node", "actor.reward_norm.std_level",
+            "allocation_mode", "rollout.backend", "actor.backend", "rollout.scheduling_strategy.type",
+            "cluster.n_nodes", "cluster.n_gpus_per_node", "actor.reward_norm.std_level",
             "actor.reward_norm.mean_leave1out",
             *(("rollout.max_head_offpolicyness",) if colocated else ()),
             "actor.rejection_sampling.upper", "stats_logger.wandb.mode", "stats_logger.tensorboard.path"}
@@ -199,8 +200,8 @@ FRAMEWORK = Framework("areal", "AReaL", ROWS, import_into, express, rollout_chec
                              "`rollout.scheduling_strategy.type: colocation`), where "
                              "generation and training take turns: `sync`."),
                       defaults=("`allocation_mode` `engine:dDpPtT+trainer:dN` (or the newer `rollout.backend` "
-                                "`engine:dDpPtT` with `actor.backend` `trainer:dN`) gives D engines of P × T GPUs and N "
-                                "trainer ranks; SGLang becomes vLLM, fasync's tensor-parallel engine; "
+                                "`engine:dDpPtT` with `actor.backend` `trainer:dN`) gives D engines of P × T GPUs "
+                                "and N trainer ranks; SGLang becomes vLLM, fasync's tensor-parallel engine; "
                                 "`cluster.n_nodes` × `n_gpus_per_node` GPUs; `reward_norm.std_level: null` is "
                                 "`train.normalize_advantage_std: false`; a critic (`critic.is_critic`) is refused as "
                                 "not supported; `kl_ctl` is a reward penalty with no equivalent."))

@@ -198,7 +198,8 @@ def _learned_reward_model(source: Source) -> bool:
 
 
 def _refuse_unsupported(source: Source) -> None:
-    """A critic is refused; a learned reward model alone is not: `_reward` asks for the server that runs it."""
+    """A critic is refused; a learned reward model alone is not: its `adapt it` row asks for the server that runs
+    it."""
     estimator = source.get("advantage_estimator", source.get("algo.advantage.estimator", "gae"))
     reasons = []
     if estimator == "gae" or any(key.startswith("critic_num") for key in source.values):
@@ -330,13 +331,14 @@ FRAMEWORK = Framework("openrlhf", "OpenRLHF", ROWS, import_into, express,
                                "runs when no `--remote_rm_url` is set) asks for a `reward.url`: fasync scores "
                                "through a server that runs the model; with a critic it is refused."),
                       modes=("`--async_train` (`train.async_enable`) is `async`, its bound `--async_queue_size` (or "
-                             "`OPENRLHF_ASYNC_QUEUE_SIZE`, exported by the script or given with `--env`; default 1); partial rollout is `fully_async` "
-                             "with `async.partial_rollout`; otherwise `sync`."),
+                             "`OPENRLHF_ASYNC_QUEUE_SIZE`, exported by the script or given with `--env`; default 1); "
+                             "partial rollout is `fully_async` with `async.partial_rollout`; otherwise `sync`."),
                       defaults=("`advantage_estimator` defaults to gae (a critic): refused as not supported; "
                                 "`--reward_pretrain` without `--remote_rm_url` is a learned reward model: the "
                                 "import writes the config and asks for the `reward.url` of a server that runs it "
                                 "(exit 1); the other estimators are read as the "
                                 "key table says; `n_samples_per_prompt` 1; vLLM engines; `--colocate_all_models` "
                                 "shares the GPUs only without `--async_train`; `--enable_vllm_is_correction` "
-                                "truncates at [0.5, 5.0] (v0.8.9 to v0.9.0 at 2, as the older `--vllm_enable_is_correction`), ICEPOP "
+                                "truncates at [0.5, 5.0] (v0.8.9 to v0.9.0 at 2, as the older "
+                                "`--vllm_enable_is_correction`), ICEPOP "
                                 "rejects outside it."))
