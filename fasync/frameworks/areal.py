@@ -36,6 +36,11 @@ ROWS = [
      "fasync's train.kl_coef is a loss term, another objective: no equivalent."),
     ("actor.reward_norm.std_level", "train.normalize_advantage_std", CONVERTED,
      "null: the group baseline without dividing by the std (normalize_advantage_std false)."),
+    ("actor.reward_norm.mean_leave1out", "train.advantage_estimator", CONVERTED,
+     "true: the mean of the group's other samples is each sample's baseline, fasync's rloo."),
+    ("actor.adv_norm.*", (), NONE, "AReaL normalizes the advantages a second time, over the batch (its mean_level "
+     "and std_level batch); fasync's are normalized within the group only (train.normalize_advantage_std): no "
+     "equivalent."),
     ("actor.path", "model.path", SAME, "fasync loads local directories only, never a hub name."),
     ("actor.recompute_logprob", "correction.ratio_anchor", CONVERTED,
      "recomputed logprobs as the PPO ratio's anchor are `ratio_anchor: recompute`."),
@@ -58,6 +63,10 @@ ROWS = [
     ("cluster.n_nodes", "resources.num_gpus", CONVERTED, "n_nodes × n_gpus_per_node."),
     ("allocation_mode", ("resources.num_rollout_engines", "resources.trainer_ranks"), CONVERTED,
      "e.g. sglang:d4p1t1+fsdp:d4: the data-parallel degrees are the engines and the trainer ranks."),
+    ("rollout.backend", ("resources.num_rollout_engines", "resources.gpus_per_engine"), CONVERTED,
+     "the newer per-engine layout, e.g. sglang:d4p1t1: allocation_mode's engine part."),
+    ("actor.backend", "resources.trainer_ranks", CONVERTED,
+     "the newer per-engine layout, e.g. fsdp:d4p1t1: allocation_mode's trainer part."),
     ("cluster.*", (), NONE, NESTED.format(source="AReaL")),
     ("train_dataset.*", (), NONE, NESTED.format(source="AReaL")),
     ("saver.*", (), NONE, NESTED.format(source="AReaL")),
@@ -78,15 +87,21 @@ def import_into(source: Source, out: Imported) -> set[str]:
     if source.get("critic.is_critic"):
         raise ImportFailure(f"not supported: a critic ({source.cite('critic.is_critic')}): PPO with a value model, "
                             "which fasync does not have")
-    colocated = "|" in str(source.get("allocation_mode", "")) or bool(source.get("actor.colocated"))
+    colocated_engine = source.get("rollout.scheduling_strategy.type") == "colocation"
+    colocated = "|" in str(source.get("allocation_mode", "")) or bool(source.get("actor.colocated")) \
+        or colocated_engine
     if colocated:
-        out.set("mode", "sync", f"{source.cite('allocation_mode')}: colocated, generation and training take turns")
+        why = source.cite("rollout.scheduling_strategy.type" if colocated_engine else "allocation_mode")
+        out.set("mode", "sync", f"{why}: colocated, generation and training take turns")
         out.set("async.max_weight_staleness", None, "colocated: on-policy")
     else:
         out.set("mode", "fully_async", "AReaL streams rollouts and syncs weights after every step")
     if "actor.reward_norm.std_level" in source.values and source.get("actor.reward_norm.std_level") is None:
         out.set("train.normalize_advantage_std", False, f"{source.cite('actor.reward_norm.std_level')}: the group "
                 "mean is subtracted, the std not divided")
+    if source.get("actor.reward_norm.mean_leave1out"):
+        out.set("train.advantage_estimator", "rloo", f"{source.cite('actor.reward_norm.mean_leave1out')}: the "
+                "leave-one-out group baseline")
     _resources(source, out, colocated)
     decoupled = source.get("actor.use_decoupled_loss")
     if decoupled:
@@ -106,6 +121,9 @@ def import_into(source: Source, out: Imported) -> set[str]:
     if upper is not None:
         out.set("correction.reject_token_ratio", [0.0, upper], f"{source.cite('actor.rejection_sampling.upper')}: "
                 "tokens whose ratio exceeds it are masked")
+        if "actor.behav_imp_weight_cap" not in source.values:
+            out.set("correction.weight_upper", float(upper), f"{source.cite('actor.rejection_sampling.upper')}: "
+                    "AReaL masks above it and leaves the weights below as they are, not truncated at fasync's 2.0")
     trackers = {}
     wandb_mode = source.get("stats_logger.wandb.mode")
     if wandb_mode in ("online", "offline"):
@@ -118,32 +136,39 @@ def import_into(source: Source, out: Imported) -> set[str]:
              "YAML does not name (examples/math's gsm8k_reward_fn grades with math_verify: fasync's math_verify); a "
              "custom workflow's arun_episode is a rollout.function, async def f(task, engine) (docs/agentic.md)")
     return {"actor.use_decoupled_loss", "actor.recompute_logprob", "rollout.max_concurrent_rollouts",
-            "allocation_mode", "cluster.n_nodes", "cluster.n_gpus_per_node", "actor.reward_norm.std_level",
+            "allocation_mode", "rollout.backend", "actor.backend", "rollout.scheduling_strategy.type",
+            "cluster.n_nodes", "cluster.n_gpus_per_node", "actor.reward_norm.std_level",
+            "actor.reward_norm.mean_leave1out",
             *(("rollout.max_head_offpolicyness",) if colocated else ()),
             "actor.rejection_sampling.upper", "stats_logger.wandb.mode", "stats_logger.tensorboard.path"}
 
 
 def _resources(source: Source, out: Imported, colocated: bool) -> None:
-    """allocation_mode `engine:dDpPtT+trainer:dN` (`|` colocated): D engines of P × T GPUs, N trainer ranks;
-    the cluster's GPUs from cluster.n_nodes × n_gpus_per_node."""
-    mode = str(source.get("allocation_mode", ""))
-    parts = [part for part in re.split(r"[+|]", mode) if part]
-    if parts:
-        engine, _, layout = parts[0].rpartition(":")
+    """allocation_mode `engine:dDpPtT+trainer:dN` (`|` colocated), or the newer per-engine `rollout.backend`
+    `engine:dDpPtT` and `actor.backend` `trainer:dN`: D engines of P × T GPUs, N trainer ranks; the cluster's
+    GPUs from cluster.n_nodes × n_gpus_per_node."""
+    parts = [part for part in re.split(r"[+|]", str(source.get("allocation_mode", ""))) if part]
+    engine_key = "allocation_mode" if parts else "rollout.backend"
+    trainer_key = "allocation_mode" if len(parts) > 1 else "actor.backend"
+    engine_part = parts[0] if parts else source.get("rollout.backend")
+    trainer_part = parts[1] if len(parts) > 1 else source.get("actor.backend")
+    if engine_part:
+        engine, _, layout = str(engine_part).rpartition(":")
         degrees = dict(re.findall(r"([dpt])(\d+)", layout))
         engines, per_engine = int(degrees.get("d", 1)), int(degrees.get("p", 1)) * int(degrees.get("t", 1))
-        out.set("resources.num_rollout_engines", engines, f"{source.cite('allocation_mode')}: d{engines}")
-        out.set("resources.gpus_per_engine", per_engine, f"{source.cite('allocation_mode')}: p × t")
+        out.set("resources.num_rollout_engines", engines, f"{source.cite(engine_key)}: d{engines}")
+        out.set("resources.gpus_per_engine", per_engine, f"{source.cite(engine_key)}: p × t")
         name = engine.split("[")[0]
-        out.set("rollout.engine", "vllm", source.cite("allocation_mode") + (
+        out.set("rollout.engine", "vllm", source.cite(engine_key) + (
             "" if name == "vllm" else f": {name or 'SGLang'}, which fasync does not have; vLLM is fasync's "
             "tensor-parallel server engine"))
-        trainer = dict(re.findall(r"([dpt])(\d+)", parts[1].rpartition(":")[2])) if len(parts) > 1 else {}
-        if trainer:
-            out.set("resources.trainer_ranks", int(trainer.get("d", 1)), f"{source.cite('allocation_mode')}: the "
-                    "trainer's data-parallel degree")
-            out.set("resources.gpus_per_trainer_rank", 1, "one GPU per trainer rank")
-    out.set("resources.colocate", colocated, source.cite("allocation_mode"))
+    trainer = dict(re.findall(r"([dpt])(\d+)", str(trainer_part).rpartition(":")[2])) if trainer_part else {}
+    if trainer:
+        out.set("resources.trainer_ranks", int(trainer.get("d", 1)), f"{source.cite(trainer_key)}: the "
+                "trainer's data-parallel degree")
+        out.set("resources.gpus_per_trainer_rank", 1, "one GPU per trainer rank")
+    out.set("resources.colocate", colocated, source.cite(
+        "rollout.scheduling_strategy.type" if "rollout.scheduling_strategy.type" in source.values else engine_key))
     if "cluster.n_gpus_per_node" in source.values:
         nodes, per_node = source.get("cluster.n_nodes", 1), source.get("cluster.n_gpus_per_node")
         out.set("resources.num_gpus", nodes * per_node, f"{source.cite('cluster.n_nodes', 1)} × "
@@ -171,10 +196,12 @@ FRAMEWORK = Framework("areal", "AReaL", ROWS, import_into, express, rollout_chec
                                "examples/math's gsm8k_reward_fn, which grades with math-verify). A custom workflow's "
                                "`arun_episode(engine, data)` is a `rollout.function`, `async def f(task, engine)`."),
                       modes=("AReaL streams: `fully_async` with `rollout.max_head_offpolicyness` as the bound, except "
-                             "a colocated allocation (`|` in `allocation_mode`, or `actor.colocated`), where "
+                             "a colocated allocation (`|` in `allocation_mode`, `actor.colocated`, or "
+                             "`rollout.scheduling_strategy.type: colocation`), where "
                              "generation and training take turns: `sync`."),
-                      defaults=("`allocation_mode` `engine:dDpPtT+trainer:dN` gives D engines of P × T GPUs and N "
-                                "trainer ranks; SGLang becomes vLLM, fasync's tensor-parallel engine; "
+                      defaults=("`allocation_mode` `engine:dDpPtT+trainer:dN` (or the newer `rollout.backend` "
+                                "`engine:dDpPtT` with `actor.backend` `trainer:dN`) gives D engines of P × T GPUs "
+                                "and N trainer ranks; SGLang becomes vLLM, fasync's tensor-parallel engine; "
                                 "`cluster.n_nodes` × `n_gpus_per_node` GPUs; `reward_norm.std_level: null` is "
                                 "`train.normalize_advantage_std: false`; a critic (`critic.is_critic`) is refused as "
                                 "not supported; `kl_ctl` is a reward penalty with no equivalent."))

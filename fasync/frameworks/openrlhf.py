@@ -40,6 +40,12 @@ REMOTE_REWARD = ("an http(s) URL is reward.url (OpenRLHF posts {query, prompts, 
                  "`reward_func(queries, prompts, labels)` scores prompt+completion texts in a batch: the import asks "
                  "for a reward.function, batched, of `prompt`, `completion` and `label` lists.")
 
+LEARNED_REWARD = ("a learned reward model, which OpenRLHF runs on its own GPUs when no remote_rm_url is set: fasync "
+                  "scores through a server that runs it, answering fasync's batches ({\"items\": [...]} → "
+                  "{\"rewards\": [...]}, docs/training.md#a-remote-reward): the import asks for its reward.url.")
+KL_ESTIMATOR = "fasync's KL loss is always the k3 estimate: k3 carries over, k1 and k2 have no equivalent."
+REWARD_MODEL_GPUS = "the learned reward model's GPUs: the reward server's, outside fasync's resources."
+
 ROWS = [
     ("rollout.batch_size", "rollout.batch_size", SAME, "prompts per rollout, the same meaning."),
     ("rollout_batch_size", "rollout.batch_size", SAME, "prompts per rollout, the same meaning."),
@@ -116,6 +122,11 @@ ROWS = [
      REMOTE_REWARD),
     ("reward.remote_url", ("reward.url", "reward.function"), CONVERTED,
      REMOTE_REWARD),
+    ("reward_pretrain", "reward.url", ADAPT, LEARNED_REWARD),
+    ("reward_num_nodes", (), NONE, REWARD_MODEL_GPUS),
+    ("reward_num_gpus_per_node", (), NONE, REWARD_MODEL_GPUS),
+    ("kl_estimator", (), NONE, KL_ESTIMATOR),
+    ("use_kl_estimator_k3", (), NONE, KL_ESTIMATOR),
     ("agent_func_path", "rollout.env", ADAPT,
      "its AgentInstance is a fasync environment: `reset(states)` → observation becomes `reset(task)` → messages, "
      "`step(states)` → rewards, environment_feedback, done becomes `step(model_text)` → Step(messages, reward, "
@@ -143,7 +154,7 @@ def import_into(source: Source, out: Imported) -> set[str]:
             queue, why = source.get(queue_key), source.cite(queue_key)
         elif "OPENRLHF_ASYNC_QUEUE_SIZE" in source.variables:
             queue = int(source.variables["OPENRLHF_ASYNC_QUEUE_SIZE"])
-            why = f"OPENRLHF_ASYNC_QUEUE_SIZE={queue} (exported by the script)"
+            why = f"OPENRLHF_ASYNC_QUEUE_SIZE={queue} (the script's environment)"
         else:
             queue, why = 1, "async_queue_size 1 (the OpenRLHF default)"
         out.set("async.max_weight_staleness", queue, f"{why}: rollouts queued ahead of the trainer")
@@ -165,6 +176,10 @@ def import_into(source: Source, out: Imported) -> set[str]:
         trackers["tensorboard"] = source.cite("use_tensorboard")
     out.set_trackers(trackers)
     _reward(source, out)
+    if source.get("reward_pretrain") and not _learned_reward_model(source):
+        converted.add("reward_pretrain")
+        out.unmapped.append((source.written.get("reward_pretrain", "reward_pretrain"), source.get("reward_pretrain"),
+                             "ignored: OpenRLHF builds no reward model when a remote reward or an agent is set"))
     return converted | {
         "train.partial_rollout_enable", "partial_rollout_enable", "train.async_enable", "async_train",
         "train.async_queue_size", "async_queue_size", "use_wandb", "use_tensorboard", "n_samples_per_prompt",
@@ -175,16 +190,24 @@ def import_into(source: Source, out: Imported) -> set[str]:
         "actor.num_gpus_per_node", "algo.advantage.is_correction_enable", "algo.advantage.is_correction_threshold"}
 
 
+def _learned_reward_model(source: Source) -> bool:
+    """train_ppo_ray.py scores with the `--reward_pretrain` model only when no `--remote_rm_url` (or agent,
+    whose steps give the reward) is set: it builds the RewardModelActor group only then."""
+    return bool(source.get("reward_pretrain")) and not any(
+        source.get(key) for key in ("remote_rm_url", "reward.remote_url", "agent_func_path"))
+
+
 def _refuse_unsupported(source: Source) -> None:
+    """A critic is refused; a learned reward model alone is not: its `adapt it` row asks for the server that runs
+    it."""
     estimator = source.get("advantage_estimator", source.get("algo.advantage.estimator", "gae"))
     reasons = []
     if estimator == "gae" or any(key.startswith("critic_num") for key in source.values):
         reasons.append(f"PPO with a critic ({source.cite('advantage_estimator', 'gae')}); fasync has no value model")
     elif estimator not in ADVANTAGE_ESTIMATOR:
         reasons.append(f"{source.cite('advantage_estimator')} advantages")
-    if source.get("reward_pretrain"):
-        reasons.append(f"a learned reward model ({source.cite('reward_pretrain')}); fasync rewards are functions "
-                       "of the completion and the label")
+    if reasons and _learned_reward_model(source):
+        reasons.append(f"a learned reward model ({source.cite('reward_pretrain')})")
     if reasons:
         raise ImportFailure("not supported: " + "; ".join(reasons))
 
@@ -193,7 +216,7 @@ def _reward(source: Source, out: Imported) -> None:
     """--remote_rm_url: a reward server (reward.url) or a Python file of `reward_func(queries, prompts, labels)`,
     a batch function of other fields than fasync's: the import asks for its adaptation."""
     key = next((k for k in ("remote_rm_url", "reward.remote_url") if k in source.values), None)
-    if key is None:
+    if key is None:  # a learned reward model alone is its `adapt it` row's: the import asks for its server
         return
     value = source.get(key)
     references = [str(v) for v in value] if isinstance(value, list) else str(value).split(",")
@@ -233,7 +256,10 @@ def _correction(source: Source, out: Imported, asynchronous: bool) -> None:
         threshold_key = "algo.advantage.is_correction_threshold" if nested else "vllm_is_truncated_threshold"
         threshold = source.get(threshold_key, [0.5, 5.0] if newer or source.get("use_icepop") else 2.0)
         bounds = [float(v) for v in threshold] if isinstance(threshold, list) else [0.0, float(threshold)]
-        out.set("correction.weight_upper", bounds[-1], source.cite(threshold_key, threshold))
+        why = source.cite(threshold_key, threshold)
+        if newer and threshold_key not in source.values:
+            why += "; OpenRLHF v0.8.9 to v0.9.0 capped this flag at 2 (set correction.weight_upper: 2.0 for those)"
+        out.set("correction.weight_upper", bounds[-1], why)
         if source.get("use_icepop") or source.get("vllm_is_correction_type") == "icepop":
             out.set("correction.reject_token_ratio", bounds if len(bounds) == 2 else [0.0, bounds[-1]],
                     "ICEPOP: tokens whose weight leaves the interval are dropped")
@@ -301,14 +327,18 @@ FRAMEWORK = Framework("openrlhf", "OpenRLHF", ROWS, import_into, express,
                                "its `reward_func(queries, prompts, labels)` asks for a batched `reward.function` of "
                                "`prompt`, `completion` and `label` lists. `--agent_func_path` asks for a "
                                "`rollout.env`: its AgentInstance's `reset`/`step` map onto an environment's, whose "
-                               "steps give the reward. A learned reward model (`--reward_pretrain`) is refused as "
-                               "not supported."),
+                               "steps give the reward. A learned reward model (`--reward_pretrain`, which OpenRLHF "
+                               "runs when no `--remote_rm_url` is set) asks for a `reward.url`: fasync scores "
+                               "through a server that runs the model; with a critic it is refused."),
                       modes=("`--async_train` (`train.async_enable`) is `async`, its bound `--async_queue_size` (or "
-                             "the script's `OPENRLHF_ASYNC_QUEUE_SIZE`, default 1); partial rollout is `fully_async` "
-                             "with `async.partial_rollout`; otherwise `sync`."),
-                      defaults=("`advantage_estimator` defaults to gae (a critic) and `--reward_pretrain` is a learned "
-                                "reward model: both refused as not supported; the other estimators are read as the "
+                             "`OPENRLHF_ASYNC_QUEUE_SIZE`, exported by the script or given with `--env`; default 1); "
+                             "partial rollout is `fully_async` with `async.partial_rollout`; otherwise `sync`."),
+                      defaults=("`advantage_estimator` defaults to gae (a critic): refused as not supported; "
+                                "`--reward_pretrain` without `--remote_rm_url` is a learned reward model: the "
+                                "import writes the config and asks for the `reward.url` of a server that runs it "
+                                "(exit 1); the other estimators are read as the "
                                 "key table says; `n_samples_per_prompt` 1; vLLM engines; `--colocate_all_models` "
                                 "shares the GPUs only without `--async_train`; `--enable_vllm_is_correction` "
-                                "truncates at [0.5, 5.0] (the older `--vllm_enable_is_correction` at 2), ICEPOP "
+                                "truncates at [0.5, 5.0] (v0.8.9 to v0.9.0 at 2, as the older "
+                                "`--vllm_enable_is_correction`), ICEPOP "
                                 "rejects outside it."))

@@ -84,6 +84,9 @@ ROWS = [
     ("actor_rollout_ref.actor.use_kl_loss", "train.kl_coef", CONVERTED,
      "fasync adds the KL to a reference model to the loss whenever train.kl_coef > 0: false is kl_coef 0."),
     ("actor_rollout_ref.actor.kl_loss_coef", "train.kl_coef", CONVERTED, "counts only with use_kl_loss."),
+    ("actor_rollout_ref.actor.kl_loss_type", (), NONE,
+     "fasync's KL loss is the k3 estimate, verl's low_var_kl without its clamps; kl (k1), abs and mse "
+     "(k2) have no equivalent."),
     ("actor_rollout_ref.actor.clip_ratio", ("train.clip_eps_low", "train.clip_eps_high"), SAME),
     ("actor_rollout_ref.actor.clip_ratio_low", "train.clip_eps_low", SAME),
     ("actor_rollout_ref.actor.clip_ratio_high", "train.clip_eps_high", SAME),

@@ -69,7 +69,8 @@ EXAMPLES |= {
     "reward_model.overlong_buffer.len": 512, "reward_model.overlong_buffer.penalty_factor": 1.0,
     "lr_decay_style": "cosine", "model.name": "/models/qwen", "lora_rank": 16, "lora_alpha": 32,
     "target_modules": "all-linear", "importance_sampling_level": "token", "top_k": 20, "warmup_ratio": 0.1,
-    "lr_scheduler_type": "cosine",
+    "lr_scheduler_type": "cosine", "rollout.backend": "sglang:d4p1t1", "actor.backend": "fsdp:d4p1t1",
+    "actor.reward_norm.mean_leave1out": True,
 }
 """A value each converted key documents, by the key as the tables spell it (the second part: the algorithm rows)."""
 
@@ -108,6 +109,7 @@ ADAPTED = {
     "custom_generate_function_path": "generate_with_retool.generate",
     "custom_rm_path": "generate_with_retool.reward_func",
     "agent_func_path": "examples/python/agent_func.py",
+    "reward_pretrain": "OpenRLHF/Llama-3-8b-rm-700k",
     "environment_factory": "WordleEnv",
 }
 """A value each `adapt it` key documents."""

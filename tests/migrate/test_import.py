@@ -321,3 +321,23 @@ def test_an_algorithm_expressed_in_a_framework_imports_back_or_is_named(framewor
     changed = {key for key in before if before[key] != after[key]}
     # What the framework cannot say is named, and only that differs.
     assert not changed or "not expressible" in shown.stdout, (changed, shown.stdout)
+
+
+def test_areals_per_engine_backends_give_the_resources_and_a_colocated_rollout_alternates(tmp_path):
+    """AReaL's newer layout names each engine's backend (`rollout.backend`, `actor.backend`) instead of
+    allocation_mode; a rollout scheduled in colocation with the actor shares its GPUs and takes turns."""
+    source = tmp_path / "grpo.yaml"
+    text = ("train_dataset: {batch_size: 64, path: /data/gsm8k.jsonl}\ngconfig: {n_samples: 4}\n"
+            "cluster: {n_nodes: 1, n_gpus_per_node: 8}\nactor: {backend: 'fsdp:d4p1t1'}\n"
+            "rollout: {backend: 'vllm:d2p1t2', max_head_offpolicyness: 2}\n")
+    source.write_text(text)
+    out = tmp_path / "fasync.yaml"
+    CliRunner().invoke(app, ["import", "areal", str(source), "-o", str(out)])
+    cfg = load_config(out).config
+    assert (cfg.mode, cfg.resources.trainer_ranks, cfg.resources.num_rollout_engines,
+            cfg.resources.gpus_per_engine, cfg.resources.colocate) == ("fully_async", 4, 2, 2, False)
+    source.write_text(text.replace("max_head_offpolicyness: 2}", "max_head_offpolicyness: 2, "
+                                   "scheduling_strategy: {type: colocation, target: actor}}"))
+    CliRunner().invoke(app, ["import", "areal", str(source), "-o", str(out)])
+    cfg = load_config(out).config
+    assert (cfg.mode, cfg.resources.colocate) == ("sync", True)

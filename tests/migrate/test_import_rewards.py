@@ -112,6 +112,26 @@ def test_check_names_a_pasted_configs_functions_to_adapt(tmp_path):
     assert "to adapt (docs/migrate.md): `custom_rm_path` → `reward.function`" in foreign[0].help
 
 
+def test_openrlhfs_learned_reward_model_imports_whole_and_asks_for_the_server_that_runs_it(tmp_path):
+    result, out = _import(tmp_path, "openrlhf", OPENRLHF.format("--reward_pretrain /models/rm"))
+    assert result.exit_code == 1 and _last(result).startswith("fasync import: set reward.url (")
+    assert 'reward_pretrain "/models/rm": a learned reward model' in _last(result)
+    config = load_config(out).config
+    assert config.rollout.n_samples_per_prompt == 4 and config.reward.url is None
+    # OpenRLHF builds no reward model when a remote one is given: the server is the reward.
+    result, out = _import(tmp_path, "openrlhf", OPENRLHF.format(
+        "--reward_pretrain /models/rm --remote_rm_url http://rm:5000/get_reward"))
+    assert load_config(out).config.reward.url == "http://rm:5000/get_reward" and result.exit_code == 0, result.output
+
+
+def test_openrlhfs_learned_reward_model_beside_a_critic_is_not_supported(tmp_path):
+    result, _ = _import(tmp_path, "openrlhf", OPENRLHF.format("--reward_pretrain /models/rm").replace(
+        "--advantage_estimator group_norm", "--advantage_estimator gae"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1
+    assert "not supported: PPO with a critic" in lines[0] and "a learned reward model" in lines[0]
+
+
 def test_trls_reward_model_id_is_not_supported(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("from trl import GRPOConfig, GRPOTrainer\n"
