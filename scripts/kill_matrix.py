@@ -61,15 +61,17 @@ MODE_SECTIONS = {
 COMMON_KILLS = [
     "rollout_end:3", "rollout_end:5", "journal_append:3", "journal_append:8", "checkpoint_temp:1",
     "checkpoint_temp:3", "checkpoint_rename:1", "checkpoint_rename:4", "checkpoint_saved:2", "weight_sync:3",
-    "weight_sync:5", "engine_generate:4", "engine_generate:9", "engine_load:4", "engine_load:6", "trainer_step:6",
+    "weight_sync:5", "engine_generate:4", "engine_load:4", "engine_load:6", "trainer_step:6",
     "trainer_step:9",
 ]
 """Kills every mode passes through, on passes chosen to land around and after the first checkpoint."""
 MODE_KILLS = {
-    "sync": [],
-    "async": [],
+    # One generate call a rollout: the sixth is the last rollout's.
+    "sync": ["engine_generate:6"],
+    "async": ["engine_generate:6"],
+    # A generate call a token (`tokens_per_call: 1`): many more passes.
     "fully_async": ["prefetch:3", "prefetch:5", "rollouter_snapshot:2", "rollouter_snapshot:3",
-                    "engine_generate:20", "engine_generate:30"],
+                    "engine_generate:9", "engine_generate:20", "engine_generate:30"],
 }
 CHAINS = [("checkpoint_saved:1", "ray_start:1"), ("checkpoint_saved:1", "checkpoint_saved:1")]
 """Kills of a resumed process: at its Ray start, and at its first checkpoint."""
