@@ -178,7 +178,7 @@ def load_policy(cfg, checkpoint: Checkpoint):
     tokenizer = build_tokenizer(cfg.model, cfg.data, chat=cfg.rollout.agentic)
     model = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32)
     if cfg.model.lora is not None:
-        lora.apply(model, cfg.model.lora)
+        lora.apply(model, cfg.model.lora, cfg.train.seed)
     state = {"model": model.state_dict()}
     try:
         dcp_load(state, checkpoint.path / TRAINER)

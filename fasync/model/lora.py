@@ -38,11 +38,23 @@ def peft_config(model: nn.Module, lora):
                       target_modules=lora.target_modules or default_targets(adapted_module(model)))
 
 
-def apply(model: nn.Module, lora) -> nn.Module:
-    """Inject `model.lora`'s adapters into `model` and freeze everything else; returns `model`."""
+def apply(model: nn.Module, lora, seed: int) -> nn.Module:
+    """Inject `model.lora`'s adapters into `model`, initialised from `seed`, and freeze everything else; returns
+    `model`."""
+    import torch
     from peft import inject_adapter_in_model
+    from peft.tuners.lora import LoraLayer
 
     inject_adapter_in_model(peft_config(model, lora), adapted_module(model), adapter_name=ADAPTER)
+    # peft draws the adapters from the global generator, whose state by then depends on the process (its hash
+    # seed changed them: the same config trained differently from one run to the next); draw them again, in the
+    # model's order, from the run's seed, as the model's own weights are.
+    cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        for layer in model.modules():
+            if isinstance(layer, LoraLayer):
+                layer.reset_lora_parameters(ADAPTER, init_lora_weights=True)
     for name, parameter in model.named_parameters():
         parameter.requires_grad_("lora_" in name)
     return model

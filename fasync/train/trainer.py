@@ -62,7 +62,7 @@ class Trainer:
         # engines sample from (and score behaviour logprobs with), so even fresh samples would look off-policy.
         self.model = build_model(cfg.model, tokenizer, seed=cfg.train.seed, dtype=torch.float32).to(self.device).eval()
         if cfg.model.lora is not None:
-            lora.apply(self.model, cfg.model.lora)
+            lora.apply(self.model, cfg.model.lora, cfg.train.seed)
         self.engine_weights = lora.EngineWeights(self.model) if cfg.model.lora is not None else self.model
         """What the engines load, read through `state_dict()`: the model, or its merged weights under LoRA."""
         if cfg.train.activation_checkpointing:
