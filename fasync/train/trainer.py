@@ -189,6 +189,11 @@ class Trainer:
         correction_metrics["is/all_rejected"] = float(record["skipped"])
 
         staleness = [s.staleness(current_version) for s in step_samples]
+
+        def sample_mean(value) -> float:
+            """The mean of `value(sample)` over the step's samples (0 for a step without any)."""
+            return sum(value(s) for s in step_samples) / max(len(step_samples), 1)
+
         record.update({
             "loss": totals["loss"],
             "pg_loss": totals["pg_loss"],
@@ -199,11 +204,10 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
             "num_samples": len(step_samples),
             "num_tokens": step_tokens,
-            "reward_mean": sum(s.reward for s in step_samples) / max(len(step_samples), 1),
-            "advantage_abs_mean": sum(abs(s.advantage) for s in step_samples) / max(len(step_samples), 1),
-            "response_length_mean": sum(len(s.output_ids) for s in step_samples) / max(len(step_samples), 1),
-            "response_truncated_fraction": sum(s.finish_reason == "length" for s in step_samples)
-            / max(len(step_samples), 1),
+            "reward_mean": sample_mean(lambda s: s.reward),
+            "advantage_abs_mean": sample_mean(lambda s: abs(s.advantage)),
+            "response_length_mean": sample_mean(lambda s: len(s.output_ids)),
+            "response_truncated_fraction": sample_mean(lambda s: s.finish_reason == "length"),
             "staleness_mean": sum(staleness) / max(len(staleness), 1),
             "staleness_max": max(staleness, default=0),
             "train_time_s": time.monotonic() - start,
