@@ -165,10 +165,7 @@ class FullyAsyncDriver(DriverLoop):
                 raise ActorFailed(f"the rollouter failed: {describe_failure(error, self.run.watchdog.actors)}") \
                     from None
             raise RolloutStopped("the rollouter stopped before the run was finished")
-        try:
-            return ray.get(ref)
-        except ray.exceptions.RayActorError:
-            raise ActorFailed(f"{label} failed: the rollouter died") from None
+        return self.run.watchdog.fetch(ref, label)
 
     def _rollouter_waits(self) -> list[str]:
         return [f"the rollouter waits for {wait}" for wait in ray.get(self.rollouter.waiting_on.remote(), timeout=5)]

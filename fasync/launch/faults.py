@@ -102,12 +102,14 @@ class Watchdog:
                 for ref in ready:
                     label = pending.pop(ref)
                     outstanding.remove(label)
-                    results[ref] = self._fetch(ref, label)
+                    results[ref] = self.fetch(ref, label)
                 if not ready:
                     self.check()
         return [results[ref] for ref in refs]
 
-    def _fetch(self, ref, label: str):
+    def fetch(self, ref, label: str):
+        """The result of the finished call `ref`; when it failed, `ActorFailed` naming the actor that died,
+        which need not be the one called (a rollouter call fails when an engine it calls died)."""
         import ray
         from ray.exceptions import RayActorError, RayTaskError
 

@@ -1,0 +1,50 @@
+"""The watchdog names the actor that died, on a real Ray cluster: a call to one actor (the rollouter) that
+fails because another one it calls (an engine) died names the engine, not the actor called."""
+
+import pytest
+
+from fasync.errors import ActorFailed
+from fasync.launch.faults import Watchdog
+
+
+@pytest.fixture
+def actors(ray_session):
+    ray = ray_session
+
+    @ray.remote(num_cpus=0)
+    class Engine:
+        def generate(self) -> str:
+            return "tokens"
+
+    @ray.remote(num_cpus=0)
+    class Rollouter:
+        def __init__(self, engine):
+            self.engine = engine
+
+        def snapshot(self) -> str:
+            return ray.get(self.engine.generate.remote())
+
+    engine = Engine.remote()
+    rollouter = Rollouter.remote(engine)
+    assert ray.get(rollouter.snapshot.remote()) == "tokens"
+    watchdog = Watchdog(timeout_s=None)
+    watchdog.name_actors([engine, rollouter], ["engine 0", "the rollouter"])
+    yield ray, watchdog, engine, rollouter
+    for handle in (engine, rollouter):
+        ray.kill(handle)
+
+
+def test_a_call_that_fails_because_an_engine_died_names_the_engine(actors):
+    ray, watchdog, engine, rollouter = actors
+    ray.kill(engine)
+    with pytest.raises(ActorFailed) as failure:
+        watchdog.fetch(rollouter.snapshot.remote(), "the rollouter's snapshot")
+    assert str(failure.value).startswith("the rollouter's snapshot failed: engine 0 died"), failure.value
+
+
+def test_a_call_to_an_actor_that_died_names_that_actor(actors):
+    ray, watchdog, engine, rollouter = actors
+    ray.kill(rollouter)
+    with pytest.raises(ActorFailed) as failure:
+        watchdog.fetch(rollouter.snapshot.remote(), "the rollouter's snapshot")
+    assert str(failure.value).startswith("the rollouter's snapshot failed: the rollouter died"), failure.value
