@@ -211,6 +211,18 @@ def test_math_verify_scores_off_the_main_thread_too():
     assert runner.score([RewardInput("#### 14", Problem("q", "14"))], ["p"]) == [1.0]
 
 
+@pytest.mark.parametrize("function", ["exact_match", "partial_match", "boxed_math"])
+def test_an_instant_reward_scores_in_the_callers_thread_as_the_pool_would(function):
+    items = [RewardInput(text, Problem("q", "14")) for text in ("14", "41", "\\boxed{14}", "", "1")]
+    inline = RewardRunner(RewardConfig(function=function))
+    assert inline.instant
+    scores = inline.score(items, ["p"] * len(items))
+    assert inline._pool is None, "an instant reward started a worker thread"
+    pooled = RewardRunner(RewardConfig(function=function))
+    pooled.instant = False  # the path every other reward takes
+    assert pooled.score(items, ["p"] * len(items)) == scores and pooled._pool is not None
+
+
 @pytest.fixture
 def slow_rewards(user_modules):
     user_modules("slow_rewards",
