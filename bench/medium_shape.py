@@ -2,7 +2,7 @@
 with a byte-level BPE tokenizer trained here and a chat template, on a task whose answers are 64 tokens long,
 trained by `fasync train` in sync, async and fully_async; each phase's FLOP/s against a torch matmul peak.
 
-    python bench/medium_shape.py [--rollouts 8] [--out DIR] [--no-write]
+    python bench/medium_shape.py [--rollouts 6] [--out DIR] [--no-write]
 
 - the model: `LlamaForCausalLM` of `MODEL` (8 layers, 512 wide), float32, seed 0; the tokenizer: BPE over bytes
   trained with `tokenizers` on sentences of the task's `WORDS` pseudo-words (each word becomes one token), a chat
@@ -358,7 +358,7 @@ def render(saved: dict, command: str) -> dict[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rollouts", type=int, default=8, help="Most rollouts per mode.")
+    parser.add_argument("--rollouts", type=int, default=6, help="Most rollouts per mode.")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--top", type=int, default=TOP, help="Profile entries shown per call.")
     parser.add_argument("--out", type=Path, default=None, help="Keep the runs here (default: a temporary folder).")
