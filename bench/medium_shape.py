@@ -217,13 +217,15 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
     requests = [Generation(i, tokenizer.format_prompt(row["prompt"])) for i, row in enumerate(chosen)]
 
     def timed(call):
-        started = time.perf_counter()
+        """The call's value, its wall seconds and the CPU seconds this process spent in it: on a loaded machine
+        the process waits for a core, which the wall time counts and the CPU time does not."""
+        wall, cpu = time.perf_counter(), time.process_time()
         value = call()
-        return value, time.perf_counter() - started
+        return value, time.perf_counter() - wall, time.process_time() - cpu
 
-    _, generate_s = timed(lambda: engine.generate(requests, params))
+    _, generate_s, generate_cpu_s = timed(lambda: engine.generate(requests, params))
     with profile(activities=[ProfilerActivity.CPU]) as generate_profile:
-        generations, profiled_generate_s = timed(lambda: engine.generate(requests, params))
+        generations, profiled_generate_s, _ = timed(lambda: engine.generate(requests, params))
 
     def samples():
         out = []
@@ -234,17 +236,17 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
                               row["label"], completion, generation.finish_reason))
         return out
 
-    _, step_s = timed(lambda: trainer.train_rollout(samples(), 0))
+    _, step_s, step_cpu_s = timed(lambda: trainer.train_rollout(samples(), 0))
     with profile(activities=[ProfilerActivity.CPU]) as step_profile:
-        _, profiled_step_s = timed(lambda: trainer.train_rollout(samples(), 0))
+        _, profiled_step_s, _ = timed(lambda: trainer.train_rollout(samples(), 0))
     prompt = statistics.mean(len(g.prompt_ids) for g in generations)
     completion = statistics.mean(len(g.output_ids) for g in generations)
     count = len(generations)
     return {"samples": count, "prompt_tokens": prompt, "completion_tokens": completion,
-            "generate": {"s": generate_s, "profiled_s": profiled_generate_s,
+            "generate": {"s": generate_s, "cpu_s": generate_cpu_s, "profiled_s": profiled_generate_s,
                          "flops": count * shape.generate_flops(prompt, completion),
                          **top_entries(generate_profile, top)},
-            "step": {"s": step_s, "profiled_s": profiled_step_s, "flops": count * shape.train_flops(prompt, completion),
+            "step": {"s": step_s, "cpu_s": step_cpu_s, "profiled_s": profiled_step_s, "flops": count * shape.train_flops(prompt, completion),
                      **top_entries(step_profile, top)},
             "threads": torch.get_num_threads()}
 
@@ -338,10 +340,12 @@ def render(saved: dict, command: str) -> dict[str, str]:
                      [[e["name"], e["calls"], fmt(e["self_ms"], 1), f"{e['share']:.1%}"] for e in call["top"]])
 
     def call_line(name: str, call: dict) -> str:
-        rate = call["flops"] / call["s"] / 1e9
-        return (f"{name}: {fmt(call['s'], 2)} s unprofiled ({fmt(call['profiled_s'], 2)} s under the profiler), "
-                f"{fmt(call['flops'] / 1e9, 1)} GFLOP, {fmt(rate, 1)} GFLOP/s = {fmt(rate / peak, 2)} of the peak "
-                f"({fmt(rate / typical, 2)} of the median); "
+        rate, running = call["flops"] / call["s"] / 1e9, call["flops"] / call["cpu_s"] / 1e9
+        return (f"{name}: {fmt(call['s'], 2)} s unprofiled, of which the process ran {fmt(call['cpu_s'], 2)} s "
+                f"(CPU time; {fmt(call['profiled_s'], 2)} s under the profiler), {fmt(call['flops'] / 1e9, 1)} GFLOP: "
+                f"{fmt(rate, 1)} GFLOP/s of wall time = {fmt(rate / peak, 2)} of the peak ({fmt(rate / typical, 2)} "
+                f"of the median), **{fmt(running, 1)} GFLOP/s of CPU time = {fmt(running / peak, 2)} of the peak** "
+                "(what the code reaches while it runs, which the load does not lower as much); "
                 f"matrix products ({', '.join(f'`{op}`' for op in MATRIX_OPS)}) took "
                 f"{call['matrix_share']:.0%} of the self CPU time ({fmt(call['total_ms'], 0)} ms):")
 
