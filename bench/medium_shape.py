@@ -195,6 +195,31 @@ def top_entries(profiler, top: int) -> dict:
                      "share": e.self_cpu_time_total / total} for e in ranked[:top]]}
 
 
+def cache_appends(call) -> dict:
+    """Seconds of an unprofiled call, and of them the seconds transformers' `DynamicCache` spent appending each
+    forward's keys and values (`DynamicLayer.update`, a `torch.cat` of the layer's whole cache): the profiler's
+    own overhead lands on its many `aten::cat` calls, so they are timed here without it."""
+    from transformers import cache_utils
+
+    appending = cache_utils.DynamicLayer.update
+    spent = [0.0]
+
+    def timed_update(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return appending(self, *args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    cache_utils.DynamicLayer.update = timed_update
+    try:
+        started = time.perf_counter()
+        call()
+        return {"appends_call_s": time.perf_counter() - started, "cache_append_s": spent[0]}
+    finally:
+        cache_utils.DynamicLayer.update = appending
+
+
 def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -> dict:
     """One generate call of a rollout's prompts and one optimizer step on its samples, each after an unprofiled
     warm-up call (timed: the call's time without the profiler's overhead), in this process."""
@@ -224,6 +249,7 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
         return value, time.perf_counter() - wall, time.process_time() - cpu
 
     _, generate_s, generate_cpu_s = timed(lambda: engine.generate(requests, params))
+    appending = cache_appends(lambda: engine.generate(requests, params))
     with profile(activities=[ProfilerActivity.CPU]) as generate_profile:
         generations, profiled_generate_s, _ = timed(lambda: engine.generate(requests, params))
 
@@ -243,7 +269,7 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
     completion = statistics.mean(len(g.output_ids) for g in generations)
     count = len(generations)
     return {"samples": count, "prompt_tokens": prompt, "completion_tokens": completion,
-            "generate": {"s": generate_s, "cpu_s": generate_cpu_s, "profiled_s": profiled_generate_s,
+            "generate": {"s": generate_s, "cpu_s": generate_cpu_s, "profiled_s": profiled_generate_s, **appending,
                          "flops": count * shape.generate_flops(prompt, completion),
                          **top_entries(generate_profile, top)},
             "step": {"s": step_s, "cpu_s": step_cpu_s, "profiled_s": profiled_step_s, "flops": count * shape.train_flops(prompt, completion),
@@ -349,12 +375,18 @@ def render(saved: dict, command: str) -> dict[str, str]:
                 f"matrix products ({', '.join(f'`{op}`' for op in MATRIX_OPS)}) took "
                 f"{call['matrix_share']:.0%} of the self CPU time ({fmt(call['total_ms'], 0)} ms):")
 
+    appends = profile["generate"]
     profile_text = "\n\n".join([
         f"In this process, {profile['threads']} thread, no other actor running: one generate call of "
         f"{profile['samples']} samples ({PROMPTS} prompts × {SAMPLES}, prompts of "
         f"{fmt(profile['prompt_tokens'], 0)} tokens, {fmt(profile['completion_tokens'], 1)} new tokens on average) "
         "and one optimizer step on them, each after an unprofiled warm-up call; the top entries by self CPU time.",
         call_line("Generate call", profile["generate"]), entries(profile["generate"]),
+        f"Timed without the profiler in another call ({fmt(appends['appends_call_s'], 2)} s), transformers' "
+        f"`DynamicCache` spent {fmt(appends['cache_append_s'], 2)} s "
+        f"({appends['cache_append_s'] / appends['appends_call_s']:.0%}) appending each forward's keys and values to "
+        "each layer's cache (`DynamicLayer.update`, a `torch.cat` that copies the layer's whole cache): the profiler's "
+        "own overhead inflates its `aten::cat` entries above.",
         call_line("Optimizer step", profile["step"]), entries(profile["step"]),
     ])
     return {"medium-setup": setup, "medium-modes": modes, "medium-peak": peak_text, "medium-profile": profile_text}
