@@ -27,6 +27,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -220,34 +221,74 @@ def cache_appends(call) -> dict:
         cache_utils.DynamicLayer.update = appending
 
 
+def timed(call):
+    """The call's value, its wall seconds and the CPU seconds this process spent in it: on a loaded machine the
+    process waits for a core, which the wall time counts and the CPU time does not."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    value = call()
+    return value, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def rollout_call(config: Path, rows: list[dict], overrides: tuple[str, ...] = ()):
+    """The config (one thread per actor), its tokenizer, the engine `rollout.engine` names, and one rollout's
+    generate call: its sampling parameters, the problems of its samples and their requests."""
+    from fasync.config.loader import load_config
+    from fasync.model import build_tokenizer
+    from fasync.rollout.build import build_engine
+    from fasync.rollout.types import Generation, SamplingParams
+
+    cfg = load_config(str(config), ["resources.rollout_threads=1", "resources.train_threads=1", *overrides]).config
+    tokenizer = build_tokenizer(cfg.model, cfg.data)
+    engine = build_engine(cfg, tokenizer)
+    params = SamplingParams(MAX_NEW_TOKENS, cfg.rollout.temperature, stop_token_ids=tokenizer.stop_token_ids)
+    chosen = [rows[i // SAMPLES] for i in range(PROMPTS * SAMPLES)]
+    requests = [Generation(i, tokenizer.format_prompt(row["prompt"])) for i, row in enumerate(chosen)]
+    return cfg, tokenizer, engine, params, chosen, requests
+
+
+def vllm_generate(out: Path, calls: int = 2) -> dict:
+    """In a process of vLLM's CPU build (`--vllm-python`): the profiled generate call on vLLM's engine, after a
+    warm-up call, `calls` times: wall and CPU seconds, and the tokens generated."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    rows = [json.loads(line) for line in (out / "reverse-words.jsonl").read_text().splitlines()]
+    _, _, engine, params, _, requests = rollout_call(out / "medium.yaml", rows, ("rollout.engine=vllm",))
+    engine.generate(requests, params)
+    found: dict = {"s": [], "cpu_s": [], "prompt_tokens": [], "completion_tokens": []}
+    for _ in range(calls):
+        generations, seconds, cpu = timed(lambda: engine.generate(requests, params))
+        found["s"].append(seconds)
+        found["cpu_s"].append(cpu)
+        found["prompt_tokens"].append(statistics.mean(len(g.prompt_ids) for g in generations))
+        found["completion_tokens"].append(statistics.mean(len(g.output_ids) for g in generations))
+    import vllm
+
+    return {**found, "samples": len(requests), "vllm": vllm.__version__, "threads": torch.get_num_threads()}
+
+
+def run_vllm(python: str, out: Path) -> dict:
+    """`vllm_generate` in a child process of `python`, one OpenMP thread; its error when it fails."""
+    done = subprocess.run([python, __file__, "--vllm-child", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(THREADS)},
+                          timeout=900, check=False)
+    if done.returncode != 0:
+        return {"error": done.stderr[-1500:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -> dict:
     """One generate call of a rollout's prompts and one optimizer step on its samples, each after an unprofiled
     warm-up call (timed: the call's time without the profiler's overhead), in this process."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from fasync.config.loader import load_config
     from fasync.launch.plan import resolve
-    from fasync.model import build_tokenizer
-    from fasync.rollout.build import build_engine
-    from fasync.rollout.types import Generation, GroupId, Sample, SamplingParams
+    from fasync.rollout.types import GroupId, Sample
     from fasync.train.trainer import Trainer
 
-    cfg = load_config(str(config), ["resources.rollout_threads=1", "resources.train_threads=1"]).config
-    tokenizer = build_tokenizer(cfg.model, cfg.data)
-    engine = build_engine(cfg, tokenizer)
+    cfg, tokenizer, engine, params, chosen, requests = rollout_call(config, rows)
     trainer = Trainer(resolve(cfg))
-    params = SamplingParams(MAX_NEW_TOKENS, cfg.rollout.temperature, stop_token_ids=tokenizer.stop_token_ids)
-    chosen = [rows[i // SAMPLES] for i in range(PROMPTS * SAMPLES)]
-    requests = [Generation(i, tokenizer.format_prompt(row["prompt"])) for i, row in enumerate(chosen)]
-
-    def timed(call):
-        """The call's value, its wall seconds and the CPU seconds this process spent in it: on a loaded machine
-        the process waits for a core, which the wall time counts and the CPU time does not."""
-        wall, cpu = time.perf_counter(), time.process_time()
-        value = call()
-        return value, time.perf_counter() - wall, time.process_time() - cpu
-
     _, generate_s, generate_cpu_s = timed(lambda: engine.generate(requests, params))
     appending = cache_appends(lambda: engine.generate(requests, params))
     with profile(activities=[ProfilerActivity.CPU]) as generate_profile:
@@ -387,9 +428,26 @@ def render(saved: dict, command: str) -> dict[str, str]:
         f"({appends['cache_append_s'] / appends['appends_call_s']:.0%}) appending each forward's keys and values to "
         "each layer's cache (`DynamicLayer.update`, a `torch.cat` that copies the layer's whole cache): the profiler's "
         "own overhead inflates its `aten::cat` entries above.",
+        vllm_line(saved.get("vllm"), shape, peak),
         call_line("Optimizer step", profile["step"]), entries(profile["step"]),
     ])
     return {"medium-setup": setup, "medium-modes": modes, "medium-peak": peak_text, "medium-profile": profile_text}
+
+
+def vllm_line(vllm: dict | None, shape: LlamaShape, peak: float) -> str:
+    if vllm is None:
+        return "vLLM's CPU engine on the same call: not measured (run with `--vllm-python .venv-vllm/bin/python`)."
+    if "error" in vllm:
+        return f"vLLM's CPU engine on the same call failed: `{vllm['error'].strip().splitlines()[-1]}`."
+    calls = [shape.generate_flops(p, c) * vllm["samples"] for p, c in zip(vllm["prompt_tokens"], vllm["completion_tokens"])]
+    wall = [f / s / 1e9 for f, s in zip(calls, vllm["s"])]
+    cpu = [f / s / 1e9 for f, s in zip(calls, vllm["cpu_s"])]
+    return (f"vLLM {vllm['vllm']}'s CPU engine (`rollout.engine=vllm`, in a process of its own, "
+            f"`OMP_NUM_THREADS=1`, torch on {vllm['threads']} thread) on the same call, after a warm-up call, "
+            f"{len(calls)} calls: {spread(vllm['s'], 2)} s each, of which the process ran {spread(vllm['cpu_s'], 2)} s "
+            f"(CPU time, all its threads), {spread(vllm['completion_tokens'], 1)} new tokens on average: "
+            f"{spread(wall, 1)} GFLOP/s of wall time = {fmt(statistics.median(wall) / peak, 2)} of the peak, "
+            f"**{spread(cpu, 1)} GFLOP/s of CPU time = {fmt(statistics.median(cpu) / peak, 2)} of the peak**.")
 
 
 def main() -> int:
@@ -401,7 +459,14 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="Print only; leave docs/benchmarks.md alone.")
     parser.add_argument("--render", type=Path, default=None,
                         help="Only render the blocks from the results.json an earlier run left in its --out.")
+    parser.add_argument("--vllm-python", default=None,
+                        help="A Python with vLLM's CPU build (`make venv-vllm`: .venv-vllm/bin/python): the profiled "
+                        "generate call is also timed on vLLM's engine. Default: not measured.")
+    parser.add_argument("--vllm-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.vllm_child is not None:
+        print(json.dumps(vllm_generate(args.vllm_child)))
+        return 0
     if args.render is not None:
         saved = json.loads(args.render.read_text())
         return write(render(saved, saved["measured"]), args.no_write)
@@ -433,6 +498,8 @@ def main() -> int:
         print(f"medium: peak {peaks[-1]:.1f} GFLOP/s; profiling", flush=True)
         profile = profile_calls(config, rows, shape, args.top)
         print(f"medium: generate {profile['generate']['s']:.2f} s, step {profile['step']['s']:.2f} s", flush=True)
+        vllm = run_vllm(args.vllm_python, out) if args.vllm_python else None
+        print(f"medium: vLLM {vllm}", flush=True)
 
         def measure_peak(variant: Variant) -> None:
             peaks.append(matmul_peak(MATMUL_SIZE))
@@ -452,7 +519,7 @@ def main() -> int:
         saved = {
             "measured": command, "shape": shape.__dict__, "parameters": parameters, "peaks": peaks, "load_before": load_before,
             "load_after": load_average(), "capacity": capacity, "rollouts": args.rollouts,
-            "prompt_tokens": prompt_tokens, "answer_tokens": answer_tokens, "profile": profile,
+            "prompt_tokens": prompt_tokens, "answer_tokens": answer_tokens, "profile": profile, "vllm": vllm,
             "result": {"reports": {label: r.as_dict() for label, r in result.by_label().items()}, "rates": rates,
                        "rewards": rewards, "phase_table": phase_table(result), "mode_table": mode_table(result),
                        "overlap_table": overlap_table(result) if "sync" in args.modes else "(sync not run)"},
