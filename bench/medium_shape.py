@@ -500,7 +500,8 @@ def main() -> int:
         profile = profile_calls(config, rows, shape, args.top)
         print(f"medium: generate {profile['generate']['s']:.2f} s, step {profile['step']['s']:.2f} s", flush=True)
         vllm = run_vllm(args.vllm_python, out) if args.vllm_python else None
-        print(f"medium: vLLM {vllm}", flush=True)
+        if vllm is not None:
+            print(f"medium: vLLM {vllm}", flush=True)
 
         def measure_peak(variant: Variant) -> None:
             peaks.append(matmul_peak(MATMUL_SIZE))
