@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fasync.bench.report import fmt, measured, table, write_block  # noqa: E402
+from fasync.bench.report import fmt, load_average, measured, spread, table, write_block  # noqa: E402
 from fasync.metrics.measure import REWARD_WINDOW  # noqa: E402
 from fasync.model.tokenizer import TASK_ALPHABET  # noqa: E402
 from fasync.modes import MODES  # noqa: E402
@@ -286,14 +286,6 @@ def with_target(results: dict[str, list[dict]], target: float) -> None:
             run["steps_to_target"], run["time_to_target_s"] = hit if hit else (None, None)
 
 
-def spread(values: list[float], digits: int) -> str:
-    present = [v for v in values if v is not None]
-    if not present:
-        return "—"
-    middle = fmt(statistics.median(present), digits)
-    return middle if len(present) == 1 else f"{middle} ({fmt(min(present), digits)}–{fmt(max(present), digits)})"
-
-
 def median(results: list[dict], key: str) -> float | None:
     values = [r[key] for r in results if r.get(key) is not None]
     return statistics.median(values) if values else None
@@ -352,7 +344,7 @@ def render(results: dict[str, list[dict]], repeats: int, steps: int, target: flo
         *[[f"{side} peak memory ≤ 2× TRL's", fmt(ratio(side, "peak_pss_gib"), 2),
            verdict(ratio(side, "peak_pss_gib"), 2.0)] for side in sides[1:]],
     ]
-    load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
+    load = load_average()
     import torch
     import transformers
 

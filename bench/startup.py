@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from peer_trl import FASYNC_COMMON, fasync_overrides, watch, write_model  # noqa: E402
 
-from fasync.bench.report import fmt, measured, table, write_block  # noqa: E402
+from fasync.bench.report import fmt, load_average, measured, spread, table, write_block  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 TRL_FIRST_STEP_S, TRL_PEAK_PSS_GIB = 4.5, 0.49
@@ -66,14 +66,6 @@ def data_side(root: Path, model: Path) -> dict:
                 imports[name] = int(cumulative) / 1e6
     top = dict(sorted(imports.items(), key=lambda item: -item[1])[:5])
     return {**json.loads(result.stdout.strip().splitlines()[-1]), "imports": top}
-
-
-def spread(values: list, digits: int) -> str:
-    present = [v for v in values if v is not None]
-    if not present:
-        return "—"
-    middle = fmt(statistics.median(present), digits)
-    return middle if len(present) == 1 else f"{middle} ({fmt(min(present), digits)}–{fmt(max(present), digits)})"
 
 
 def median(values: list) -> float | None:
@@ -118,7 +110,7 @@ def render(results: dict, repeats: int, steps: int, before: str) -> str:
                   ", ".join(results["data"][checkout][0]["loaded"]) or "none of them",
                   ", ".join(f"{name} {seconds:.2f}" for name, seconds in results["data"][checkout][0]["imports"].items())]
                  for checkout in checkouts if results["data"][checkout]]
-    load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
+    load = load_average()
     return "\n\n".join([
         f"{measured(sys.argv)}; load average at the end {load}. \"before\" is {before}, \"after\" this commit; "
         f"each round ran both checkouts in turn, {repeats} rounds, each run at most {steps} optimizer steps; each "

@@ -172,7 +172,10 @@ def variant_overrides(scenario: Scenario, variant: Variant, examples: Path) -> l
 
 
 def run_scenario(train: TrainCommand, scenario: Scenario, config: str, overrides: list[str], out_dir: Path,
-                 target: float, examples: Path, repeats: int = 1) -> ScenarioResult:
+                 target: float, examples: Path, repeats: int = 1,
+                 before_each: Callable[[Variant], None] | None = None) -> ScenarioResult:
+    """Each variant `repeats` times, in turn; `before_each(variant)` runs before each run (bench/medium_shape.py
+    measures the machine's peak between the runs)."""
     measured_at = scenario.target if scenario.target is not None else target
     runs: dict[str, list[ModeReport]] = {v.label: [] for v in scenario.variants}
     run_dirs: dict[str, list[Path]] = {v.label: [] for v in scenario.variants}
@@ -181,6 +184,8 @@ def run_scenario(train: TrainCommand, scenario: Scenario, config: str, overrides
             run_overrides = [*overrides, *COMMON, f"train.target_reward={target}",
                              *variant_overrides(scenario, variant, examples)]
             run_dir = out_dir / scenario.name / f"{index}-{variant.mode}-{repeat}"
+            if before_each is not None:
+                before_each(variant)
             started = time.monotonic()
             code, records, engines = run_variant(train, config, run_overrides, run_dir)
             report = measure(variant.mode, code, records, measured_at, engines)

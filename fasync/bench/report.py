@@ -74,6 +74,20 @@ def parallel_capacity(loops: int = 10_000_000) -> float:
     return 2 * alone / run(2)
 
 
+def spread(values: list, digits: int) -> str:
+    """The median of the values given (None left out) with their range in brackets, "—" for none."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "—"
+    middle = fmt(statistics.median(present), digits)
+    return middle if len(present) == 1 else f"{middle} ({fmt(min(present), digits)}–{fmt(max(present), digits)})"
+
+
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes, as the pages print it."""
+    return " / ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def commit() -> str:
     """The commit of the checkout the command runs in (its working directory), marked when it has changes."""
     def git(*args: str) -> str:
@@ -266,7 +280,7 @@ def benchmark(train: TrainCommand, config: str, overrides: list[str], out_dir: P
         raise ConfigurationError(f"fasync bench: {config} does not load (run `fasync check {config}`)")
     target = target if target is not None else (loaded.config.train.target_reward or 0.9)
     context = {"started": time.strftime("%Y-%m-%d %H:%M %Z"),
-               "load": " / ".join(f"{value:.2f}" for value in os.getloadavg()),
+               "load": load_average(),
                "capacity": parallel_capacity()}
     with tempfile.TemporaryDirectory(prefix="fasync-bench-") as scratch:
         out = out_dir or Path(scratch)

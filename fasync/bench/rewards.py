@@ -1,4 +1,5 @@
-"""The long-tail scenario's reward (`fasync.bench.rewards:length_then_digits`).
+"""The benchmarks' rewards: the long tail's (`fasync.bench.rewards:length_then_digits`) and the medium shape's
+(`fasync.bench.rewards:word_match`).
 
 With `partial_match` alone the tiny model takes hundreds of rollouts to discover the stop token, and
 until then every completion runs to `max_new_tokens`: the data's length distribution never reaches
@@ -15,3 +16,12 @@ def length_then_digits(completion: str, label: str) -> float:
     completion, label = completion.strip(), label.strip()
     length = 1.0 - min(abs(len(completion) - len(label)) / max(len(label), 1), 1.0)
     return 0.5 * length + 0.5 * partial_match(completion, label)
+
+
+def word_match(completion: str, label: str) -> float:
+    """The medium shape's reward (bench/medium_shape.py): the fraction of word positions where the completion's
+    words (split at whitespace) equal the label's, over the longer of the two; `partial_match` at the level of
+    words, whose every one is a token of the benchmark's tokenizer."""
+    said, wanted = completion.split(), label.split()
+    longest = max(len(said), len(wanted))
+    return sum(a == b for a, b in zip(said, wanted)) / longest if longest else 1.0
