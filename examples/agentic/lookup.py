@@ -7,15 +7,17 @@ character of its next turn. Without the tool a player finds the digit 1 time in 
 The reward is shaped, and every part of it is stated here and in docs/agentic.md:
 
 - 0.2 for calling the tool, and 0.8 more when the answer is the digit the tool returned;
-- a first turn that is not a readable call gets 0.2 × the share of the call's tokens it begins with (in the run's
-  tokens: lookup.yaml makes `{"name": "`, `get` and `"}` one token each, so the call is 5 tokens), and the
-  trajectory ends there: an answer without the call earns nothing, since the value cannot be known without it.
+- a first turn that is not a readable call gets 0.2 × the share of the call's tokens it begins with, in the run's
+  tokens, and the trajectory ends there: an answer without the call earns nothing, since the value cannot be
+  known without it. lookup.yaml makes the whole call one token (`model.added_tokens`), so there a first turn earns
+  the call's 0.2 whole or nothing; with the embedded vocabulary as built in, the call is 17 tokens and the credit
+  grows with the share of them written in place.
 
 A reward of 0.9 or more on average therefore needs the right digit at least 7 times in 8 (0.2 + 0.8 × 7/8 = 0.9):
-a player that calls the tool and guesses gets 0.28, one that never calls it at most 0.2. The format credit exists
-because a randomly initialised model would never write the call by chance, so without it the value's reward would
-never be seen. The tool's answer is the digit alone, so the observation has one length and the digit always sits
-at the same distance before the answer.
+a player that calls the tool and guesses gets 0.28 on average, one that never calls it at most 0.2. The format
+credit exists so that the value's reward is ever seen: a call the model does not write never shows it. The tool's
+answer is the digit alone, so the observation has one length and the digit always sits at the same distance before
+the answer.
 """
 
 import random

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 import yaml
-from paths import REPO
 from local_actors import LocalMethod
+from paths import REPO
 from sections import tiny_config
 
 from fasync.launch.plan import resolve
@@ -115,11 +115,15 @@ def call_then_miss(conversation: str) -> str:
     return str((int(call_then_answer(conversation)) + 1) % 10)
 
 
-def play_lookup(policy):
-    """The lookup example as examples/agentic/lookup.yaml sets it up: its added tokens and its turn budgets."""
+def play_lookup(policy, added_tokens: bool = True):
+    """The lookup example as examples/agentic/lookup.yaml sets it up: its turn budgets, and its added tokens unless
+    `added_tokens` is False (the vocabulary as built in, where the call is 17 tokens)."""
     example = yaml.safe_load((REPO / "examples" / "agentic" / "lookup.yaml").read_text())
     rollout = {key: example["rollout"][key] for key in ("max_turns", "max_new_tokens", "max_observation_tokens")}
-    return play("lookup:Lookup", policy, model={"max_seq_len": 64, "added_tokens": example["model"]["added_tokens"]},
+    if not added_tokens:
+        rollout["max_new_tokens"] = 32
+    return play("lookup:Lookup", policy, model={"max_seq_len": 64,
+                                                "added_tokens": example["model"]["added_tokens"] if added_tokens else []},
                 **rollout)
 
 
@@ -144,21 +148,25 @@ def test_the_lookup_value_sits_at_one_place_before_the_answer():
         assert tokenizer.decode([value]).isdigit() and sample.output_ids[answer] == value
 
 
-def test_the_lookup_reward_credits_the_call_s_format_and_the_exact_digit_as_documented():
+@pytest.mark.parametrize("added_tokens", [True, False], ids=["example-vocabulary", "built-in-vocabulary"])
+def test_the_lookup_reward_credits_the_call_s_format_and_the_exact_digit_as_documented(added_tokens):
     from lookup import CALL
 
-    factory, _, _ = play_lookup(call_then_answer)
+    factory, _, _ = play_lookup(call_then_answer, added_tokens)
     call_tokens = len(factory.tokenizer.encode(CALL))
-    # A first turn that is no readable call: 0.2 × the share of the call's tokens it begins with, and the end.
-    _, samples, outcomes = play_lookup(lambda text: CALL[:-len("</tool_call>")])
+    assert call_tokens == (1 if added_tokens else 17)
+    # A first turn that is no readable call: 0.2 × the share of the call's tokens it begins with (none of the
+    # example's one token, 16 of the built-in vocabulary's 17), and the end.
+    _, samples, outcomes = play_lookup(lambda text: CALL[:-len("</tool_call>")], added_tokens)
     # approx: the environment multiplies in another order, which may round the last bit differently.
-    assert all(sample.reward == pytest.approx(0.2 * (call_tokens - 1) / call_tokens) for sample in samples)
+    assert all(sample.reward == pytest.approx(0.0 if added_tokens else 0.2 * 16 / 17) for sample in samples)
     assert all(outcome.stats.turns == 1 and outcome.stats.tool_calls == 0 for outcome in outcomes)
     # The call, then another digit: 0.2 for the call alone.
-    _, samples, _ = play_lookup(call_then_miss)
+    _, samples, _ = play_lookup(call_then_miss, added_tokens)
     assert all(sample.reward == pytest.approx(0.2) for sample in samples)
     # The call, then the digit with something after it: the answer is the turn's first character, so 1.
-    _, samples, _ = play_lookup(lambda text: CALL if "<|tool|>" not in text else call_then_answer(text) + "!")
+    _, samples, _ = play_lookup(lambda text: CALL if "<|tool|>" not in text else call_then_answer(text) + "!",
+                                added_tokens)
     assert all(sample.reward == 1.0 for sample in samples)
 
 
