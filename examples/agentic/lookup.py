@@ -15,9 +15,12 @@ The reward is shaped, and every part of it is stated here and in docs/agentic.md
 
 A reward of 0.9 or more on average therefore needs the right digit at least 7 times in 8 (0.2 + 0.8 × 7/8 = 0.9):
 a player that calls the tool and guesses gets 0.28 on average, one that never calls it at most 0.2. The format
-credit exists so that the value's reward is ever seen: a call the model does not write never shows it. The tool's
-answer is the digit alone, so the observation has one length and the digit always sits at the same distance before
-the answer.
+credit exists so that the value's reward is ever seen: a call the model does not write never shows it.
+
+The tool writes the digit three times (`777`), so the observation has one length, the digit always sits at the
+same places before the answer, and the embedded 2-layer model has three places to read it from: with the digit
+written once, trial runs stayed at the chance of guessing for 250 to 900 rollouts before they learnt to quote it,
+and some settled for good on quoting only a few of the ten digits (docs/agentic.md).
 """
 
 import random
@@ -26,6 +29,8 @@ from fasync.rollout.env_loop import Step
 
 CALL = '<tool_call>{"name": "get"}</tool_call>'
 """The call the model must learn to write (the Hermes format `rollout.tool_parser: hermes` reads)."""
+COPIES = 3
+"""How many times the tool writes the digit."""
 
 
 def call_credit(text: str, call_pieces: list[str]) -> float:
@@ -49,7 +54,7 @@ class Lookup:
 
     async def get(self):
         self.called = True
-        return self.value
+        return self.value * COPIES
 
     async def reset(self, task):
         self.call_pieces = [task.tokenizer.decode([token]) for token in task.tokenizer.encode(CALL)]

@@ -100,7 +100,7 @@ def test_the_last_message_names_the_range_left_so_its_middle_always_wins():
 
 
 def call_then_answer(conversation: str) -> str:
-    """Call the tool, then answer with what it returned."""
+    """Call the tool, then answer with what it returned (the digit, written three times)."""
     from lookup import CALL
 
     if "<|tool|>" not in conversation:
@@ -112,7 +112,7 @@ def call_then_miss(conversation: str) -> str:
     """Call the tool, then answer with another digit than it returned."""
     if "<|tool|>" not in conversation:
         return call_then_answer(conversation)
-    return str((int(call_then_answer(conversation)) + 1) % 10)
+    return str((int(call_then_answer(conversation)[0]) + 1) % 10)
 
 
 def play_lookup(policy, added_tokens: bool = True):
@@ -137,15 +137,19 @@ def test_the_lookup_task_is_solved_through_its_tool_only():
 
 
 def test_the_lookup_value_sits_at_one_place_before_the_answer():
-    # The call fills its turn's budget exactly and the tool answers one digit, so every trajectory has one layout:
-    # the value is the same number of tokens before the answer in each.
+    # The call fills its turn's budget exactly and the tool answers one digit three times, so every trajectory has
+    # one layout: the digit is at the same places before the answer in each.
+    from lookup import COPIES
+
     factory, samples, _ = play_lookup(call_then_answer)
     tokenizer = factory.tokenizer
     assert len({len(sample.output_ids) for sample in samples}) == 1
     for sample in samples:
         answer = sample.trained.index(True, sample.trained.index(False))  # the first trained token after the call
-        value = sample.output_ids[answer - 3]  # then `<|end|><|assistant|>` open the answer's turn
-        assert tokenizer.decode([value]).isdigit() and sample.output_ids[answer] == value
+        # then `<|end|><|assistant|>` open the answer's turn
+        copies = sample.output_ids[answer - 2 - COPIES:answer - 2]
+        assert tokenizer.decode(copies) == tokenizer.decode(copies[:1]) * COPIES
+        assert tokenizer.decode(copies[:1]).isdigit() and sample.output_ids[answer] == copies[0]
 
 
 @pytest.mark.parametrize("added_tokens", [True, False], ids=["example-vocabulary", "built-in-vocabulary"])
@@ -164,7 +168,8 @@ def test_the_lookup_reward_credits_the_call_s_format_and_the_exact_digit_as_docu
     # The call, then another digit: 0.2 for the call alone.
     _, samples, _ = play_lookup(call_then_miss, added_tokens)
     assert all(sample.reward == pytest.approx(0.2) for sample in samples)
-    # The call, then the digit with something after it: the answer is the turn's first character, so 1.
+    # The call, then the digit with something after it (the tool's three copies, and more): the answer is the
+    # turn's first character, so 1.
     _, samples, _ = play_lookup(lambda text: CALL if "<|tool|>" not in text else call_then_answer(text) + "!",
                                 added_tokens)
     assert all(sample.reward == 1.0 for sample in samples)
