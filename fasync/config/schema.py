@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fasync.modes import Mode
 
@@ -29,6 +29,11 @@ class LoraConfig(Section):
     )
 
 
+CHAT_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>", "<tool_call>", "</tool_call>")
+"""The embedded tokenizer's chat tokens (`CharTokenizer(chat=True)`): a turn is `<|role|>` content `<|end|>`, and
+a tool call is `<tool_call>{json}</tool_call>` in the assistant's content (the Hermes/Qwen format)."""
+
+
 class ModelConfig(Section):
     path: Optional[str] = Field(
         None,
@@ -42,11 +47,39 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype for training and rollout."
     )
+    added_tokens: list[str] = Field(
+        [], description="Embedded model: pieces of text the tokenizer reads as one token each, after its characters "
+        "and chat tokens (as Hugging Face's `tokenizer.add_tokens`), e.g. a tool call's JSON pieces. Each is text of "
+        "two characters or more, named once. Empty: the vocabulary as built in, so a run without the key keeps its "
+        "token ids and initial weights.",
+    )
     lora: Optional[LoraConfig] = Field(
         None, description="Train low-rank adapters (peft's LoRA) instead of the whole model: only the adapters "
         "train and hold AdamW state; the engines get the merged weights; `fasync export` writes the adapter, or "
         "the merged model with --merge (docs/algorithms.md). Null: full fine-tuning.",
     )
+
+    @field_validator("added_tokens")
+    @classmethod
+    def _added_tokens_are_new_pieces(cls, pieces: list[str]) -> list[str]:
+        for index, piece in enumerate(pieces):
+            if len(piece) < 2:
+                raise ValueError(f"item {index} ({piece!r}) is {'empty' if not piece else 'one character'}: every "
+                                 "character of the embedded alphabet is a token already; name pieces of two or more")
+            if piece in CHAT_TOKENS:
+                raise ValueError(f"item {index} ({piece!r}) is one of the embedded tokenizer's chat tokens already "
+                                 f"({', '.join(CHAT_TOKENS)}): leave it out")
+            if piece in pieces[:index]:
+                raise ValueError(f"item {index} ({piece!r}) is named twice (also item {pieces.index(piece)})")
+        return pieces
+
+    @model_validator(mode="after")
+    def _added_tokens_need_the_embedded_model(self) -> ModelConfig:
+        if self.added_tokens and self.path is not None:
+            raise ValueError("model.added_tokens grows the embedded model's vocabulary, and model.path is set: add "
+                             "the tokens to the Hugging Face model itself (tokenizer.add_tokens, then "
+                             "model.resize_token_embeddings, and save_pretrained), or drop model.path")
+        return self
 
 
 class DataConfig(Section):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Union
 
-from fasync.config.schema import DataConfig, ModelConfig
+from fasync.config.schema import CHAT_TOKENS, DataConfig, ModelConfig
 from fasync.errors import ConfigurationError
 
 TASK_ALPHABET = "0123456789+="
@@ -72,26 +72,26 @@ class Tokenizer(Protocol):
         ...
 
 
-CHAT_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>", "<tool_call>", "</tool_call>")
-"""The embedded tokenizer's chat tokens (`CharTokenizer(chat=True)`): a turn is `<|role|>` content `<|end|>`, and
-a tool call is `<tool_call>{json}</tool_call>` in the assistant's content (the Hermes/Qwen format)."""
-
-
 class CharTokenizer:
     """One id per character of `alphabet`, after PAD (0), BOS (1) and EOS (2); with `chat`, the `CHAT_TOKENS` after
-    them, one id each, and a chat template (an assistant turn ends with `<|end|>`, which stops generation)."""
+    them, one id each, and a chat template (an assistant turn ends with `<|end|>`, which stops generation); then the
+    `added_tokens` (`model.added_tokens`), one id each. Text is split at its longest pieces first."""
 
     pad_id, bos_id, eos_id = 0, 1, 2
     num_special = 3
 
-    def __init__(self, alphabet: str, style: PromptStyle = PromptStyle(), chat: bool = False):
+    def __init__(self, alphabet: str, style: PromptStyle = PromptStyle(), chat: bool = False,
+                 added_tokens: tuple[str, ...] = ()):
         self.alphabet = alphabet
         self.style = style
         self._ids = {char: index + self.num_special for index, char in enumerate(alphabet)}
         self.chat_tokens = CHAT_TOKENS if chat else ()
-        self._special_ids = {token: self.num_special + len(alphabet) + i for i, token in enumerate(self.chat_tokens)}
-        self._special_split = re.compile("(" + "|".join(map(re.escape, self.chat_tokens)) + ")") if chat else None
-        self.vocab_size = self.num_special + len(alphabet) + len(self.chat_tokens)
+        self.pieces = (*self.chat_tokens, *added_tokens)
+        """The tokens that are not one character, in id order."""
+        self._special_ids = {token: self.num_special + len(alphabet) + i for i, token in enumerate(self.pieces)}
+        longest_first = sorted(self.pieces, key=len, reverse=True)
+        self._special_split = re.compile("(" + "|".join(map(re.escape, longest_first)) + ")") if self.pieces else None
+        self.vocab_size = self.num_special + len(alphabet) + len(self.pieces)
         self.stop_token_ids = (self.eos_id, self._special_ids["<|end|>"]) if chat else (self.eos_id,)
 
     def encode(self, text: str) -> list[int]:
@@ -109,9 +109,10 @@ class CharTokenizer:
                              "the embedded tokenizer's alphabet") from None
 
     def decode(self, ids: list[int]) -> str:
-        """Text of the ids, skipping PAD, BOS and EOS; a chat token reads as its text, except `<|end|>`."""
-        first_chat = self.num_special + len(self.alphabet)
-        return "".join(self.alphabet[i - self.num_special] if i < first_chat else self.chat_tokens[i - first_chat]
+        """Text of the ids, skipping PAD, BOS and EOS; a chat token or added token reads as its text, except
+        `<|end|>`."""
+        first_piece = self.num_special + len(self.alphabet)
+        return "".join(self.alphabet[i - self.num_special] if i < first_piece else self.pieces[i - first_piece]
                        for i in ids if i >= self.num_special and i != self._special_ids.get("<|end|>"))
 
     def prompt_text(self, prompt: Prompt) -> str:
@@ -323,9 +324,10 @@ def build_tokenizer(model_cfg: ModelConfig, data_cfg: DataConfig, chat: bool = F
     """The tokenizer of `model.path`, or the embedded one sized to what the data needs:
     the digit alphabet for a built-in task (a small vocabulary learns fast), printable text for a file or a
     system prompt; with `chat` (agentic rollouts: `RolloutConfig.agentic`), the embedded one covers printable text
-    (tool calls are JSON, environments speak words) and has its chat tokens too."""
+    (tool calls are JSON, environments speak words) and has its chat tokens too; then `model.added_tokens`."""
     style = PromptStyle.of(data_cfg)
     if model_cfg.path is not None:
         return HFTokenizer(model_cfg.path, style)
     text = data_cfg.path is not None or data_cfg.system_prompt is not None or chat
-    return CharTokenizer(TEXT_ALPHABET if text else TASK_ALPHABET, style, chat=chat)
+    return CharTokenizer(TEXT_ALPHABET if text else TASK_ALPHABET, style, chat=chat,
+                         added_tokens=tuple(model_cfg.added_tokens))

@@ -7,7 +7,9 @@ import asyncio
 from dataclasses import replace
 
 import pytest
+import yaml
 from local_actors import LocalMethod
+from paths import REPO
 from sections import tiny_config
 
 from fasync.launch.plan import resolve
@@ -51,8 +53,8 @@ def bisect(conversation: str) -> str:
     return str((low + high) // 2)
 
 
-def play(env: str, policy, **rollout):
-    cfg = tiny_config(model={"max_seq_len": 64}, data={"task": "reverse", "length": 1},
+def play(env: str, policy, model=None, **rollout):
+    cfg = tiny_config(model=model or {"max_seq_len": 64}, data={"task": "reverse", "length": 1},
                       rollout={"batch_size": 4, "n_samples_per_prompt": 2, "env": env, "max_observation_tokens": 8,
                                **rollout})
     factory = build_factory(resolve(cfg))
@@ -98,39 +100,79 @@ def test_the_last_message_names_the_range_left_so_its_middle_always_wins():
 
 
 def call_then_answer(conversation: str) -> str:
-    """Call the tool, then answer with what it returned."""
+    """Call the tool, then answer with what it returned (the digit, written three times)."""
+    from lookup import CALL
+
     if "<|tool|>" not in conversation:
-        return '<tool_call>{"name": "get"}</tool_call>'
+        return CALL
     return conversation.rsplit("<|tool|>", 1)[1].split("<|")[0]
 
 
+def call_then_miss(conversation: str) -> str:
+    """Call the tool, then answer with another digit than it returned."""
+    if "<|tool|>" not in conversation:
+        return call_then_answer(conversation)
+    return str((int(call_then_answer(conversation)[0]) + 1) % 10)
+
+
+def play_lookup(policy, added_tokens: bool = True):
+    """The lookup example as examples/agentic/lookup.yaml sets it up: its turn budgets, and its added tokens unless
+    `added_tokens` is False (the vocabulary as built in, where the call is 17 tokens)."""
+    example = yaml.safe_load((REPO / "examples" / "agentic" / "lookup.yaml").read_text())
+    rollout = {key: example["rollout"][key] for key in ("max_turns", "max_new_tokens", "max_observation_tokens")}
+    if not added_tokens:
+        rollout["max_new_tokens"] = 32
+    return play("lookup:Lookup", policy, model={"max_seq_len": 64,
+                                                "added_tokens": example["model"]["added_tokens"] if added_tokens else []},
+                **rollout)
+
+
 def test_the_lookup_task_is_solved_through_its_tool_only():
-    _, samples, outcomes = play("lookup:Lookup", call_then_answer, max_turns=2, max_new_tokens=32)
+    _, samples, outcomes = play_lookup(call_then_answer)
     assert all(sample.reward == 1.0 for sample in samples)
     assert all(outcome.stats.tool_calls == 1 and outcome.stats.turns == 2 for outcome in outcomes)
-    _, samples, outcomes = play("lookup:Lookup", lambda text: "1", max_turns=2, max_new_tokens=32)
-    assert all(outcome.stats.tool_calls == 0 for outcome in outcomes)
+    _, samples, outcomes = play_lookup(lambda text: "1")
+    assert all(outcome.stats.tool_calls == 0 and outcome.stats.turns == 1 for outcome in outcomes)
     assert all(sample.reward == 0.0 for sample in samples)
 
 
-def test_the_lookup_reward_credits_the_call_s_format_and_the_value_s_digits_as_documented():
+def test_the_lookup_value_sits_at_one_place_before_the_answer():
+    # The call fills its turn's budget exactly and the tool answers one digit three times, so every trajectory has
+    # one layout: the digit is at the same places before the answer in each.
+    from lookup import COPIES
+
+    factory, samples, _ = play_lookup(call_then_answer)
+    tokenizer = factory.tokenizer
+    assert len({len(sample.output_ids) for sample in samples}) == 1
+    for sample in samples:
+        answer = sample.trained.index(True, sample.trained.index(False))  # the first trained token after the call
+        # then `<|end|><|assistant|>` open the answer's turn
+        copies = sample.output_ids[answer - 2 - COPIES:answer - 2]
+        assert tokenizer.decode(copies) == tokenizer.decode(copies[:1]) * COPIES
+        assert tokenizer.decode(copies[:1]).isdigit() and sample.output_ids[answer] == copies[0]
+
+
+@pytest.mark.parametrize("added_tokens", [True, False], ids=["example-vocabulary", "built-in-vocabulary"])
+def test_the_lookup_reward_credits_the_call_s_format_and_the_exact_digit_as_documented(added_tokens):
     from lookup import CALL
 
-    # A first turn that is no readable call: 0.2 × the share of the call's 16 tokens in place, and the end.
-    _, samples, outcomes = play("lookup:Lookup", lambda text: CALL[:-len("</tool_call>")], max_turns=2,
-                                max_new_tokens=32)
+    factory, _, _ = play_lookup(call_then_answer, added_tokens)
+    call_tokens = len(factory.tokenizer.encode(CALL))
+    assert call_tokens == (1 if added_tokens else 17)
+    # A first turn that is no readable call: 0.2 × the share of the call's tokens it begins with (none of the
+    # example's one token, 16 of the built-in vocabulary's 17), and the end.
+    _, samples, outcomes = play_lookup(lambda text: CALL[:-len("</tool_call>")], added_tokens)
     # approx: the environment multiplies in another order, which may round the last bit differently.
-    assert all(sample.reward == pytest.approx(0.2 * 15 / 16) for sample in samples)
+    assert all(sample.reward == pytest.approx(0.0 if added_tokens else 0.2 * 16 / 17) for sample in samples)
     assert all(outcome.stats.turns == 1 and outcome.stats.tool_calls == 0 for outcome in outcomes)
-    # The call, then a wrong value: 0.2 for the call, no digit in place.
-    _, samples, _ = play("lookup:Lookup", lambda text: CALL if "<|tool|>" not in text else "ab", max_turns=2,
-                         max_new_tokens=32)
+    # The call, then another digit: 0.2 for the call alone.
+    _, samples, _ = play_lookup(call_then_miss, added_tokens)
     assert all(sample.reward == pytest.approx(0.2) for sample in samples)
-    # The call, then the value with something after it: 0.2 for the call and 0.2 per digit in place (approx: a
-    # sum of 0.2s rounds in binary).
-    _, samples, _ = play("lookup:Lookup", lambda text: CALL if "<|tool|>" not in text else call_then_answer(text) + "!",
-                         max_turns=2, max_new_tokens=32)
-    assert all(sample.reward == pytest.approx(0.6) for sample in samples)
+    # The call, then the digit with something after it (the tool's three copies, and more): the answer is the
+    # turn's first character, so 1.
+    _, samples, _ = play_lookup(lambda text: CALL if "<|tool|>" not in text else call_then_answer(text) + "!",
+                                added_tokens)
+    assert all(sample.reward == 1.0 for sample in samples)
 
 
 def test_the_token_budget_truncates_a_trajectory():
