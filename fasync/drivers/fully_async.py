@@ -61,7 +61,8 @@ class FullyAsyncDriver(DriverLoop):
         """Start the rollouter on the run's engines (with what it held at the resumed checkpoint), then wait
         for the run to be ready."""
         run = self.run
-        self.rollouter = RolloutActor.remote(run.resolved, run.engines, run.factory)
+        self.rollouter = RolloutActor.remote(run.resolved, run.engines, run.factory,
+                                              actor_names=run.watchdog.actors)
         run.watchdog.name_actors([self.rollouter], ["the rollouter"])
         if "rollouter" in self.resumed_state:
             run.journal.write(ray.get(self.rollouter.restore.remote(pack(self.resumed_state["rollouter"]))))

@@ -68,11 +68,16 @@ class RolloutState:
 
 
 class Rollouter:
-    def __init__(self, resolved, engines: list, factory):
-        """`resolved`: the config with what follows from it (`fasync.launch.plan.Resolved`)."""
+    def __init__(self, resolved, engines: list, factory, actor_names: dict[str, str] | None = None):
+        """`resolved`: the config with what follows from it (`fasync.launch.plan.Resolved`). `actor_names`: actor
+        id → name of the run's actors (the driver's watchdog's), so that an engine call that fails because another
+        actor died names that one (a weight load fails when the trainer that made the weights died); by default the
+        engines alone."""
         self.cfg = cfg = resolved.config
         self.derived = resolved.derived
         self.engines = engines
+        self.actor_names = actor_names if actor_names is not None else \
+            {actor_id(engine): f"engine {index}" for index, engine in enumerate(engines)}
         self.queue = GroupQueue(self.derived.max_queue_size, priority=lambda group: group.oldest_version)
         self.factory = factory
         self.n = cfg.rollout.n_samples_per_prompt
@@ -143,13 +148,13 @@ class Rollouter:
     # -- generation ------------------------------------------------------------------------------
 
     async def _awaiting(self, label: str, call):
-        """Await an engine's call, marked in `waiting_on`; an engine that dies or raises fails with its name."""
+        """Await an engine's call, marked in `waiting_on`; a call that fails because an actor died (the engine, or
+        the trainer whose weights it loads) or raised fails with that actor's name."""
         self._outstanding[label] = time.monotonic()
         try:
             return await call
-        except Exception as error:  # noqa: BLE001 - re-raised with the engine named
-            engines = {actor_id(engine): f"engine {index}" for index, engine in enumerate(self.engines)}
-            raise ActorFailed(f"{label} failed: {describe_failure(error, engines)}") from None
+        except Exception as error:  # noqa: BLE001 - re-raised with the actor that died named
+            raise ActorFailed(f"{label} failed: {describe_failure(error, self.actor_names)}") from None
         finally:
             del self._outstanding[label]
 
