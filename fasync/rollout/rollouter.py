@@ -41,7 +41,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from fasync import staleness
-from fasync.errors import ActorFailed, NothingToTrain, actor_id, describe_failure
+from fasync.errors import ActorFailed, NothingToTrain, describe_failure
 from fasync.killpoints import kill_point
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
@@ -71,13 +71,12 @@ class Rollouter:
     def __init__(self, resolved, engines: list, factory, actor_names: dict[str, str] | None = None):
         """`resolved`: the config with what follows from it (`fasync.launch.plan.Resolved`). `actor_names`: actor
         id → name of the run's actors (the driver's watchdog's), so that an engine call that fails because another
-        actor died names that one (a weight load fails when the trainer that made the weights died); by default the
-        engines alone."""
+        actor died names that one (a weight load fails when the trainer that made the weights died); None outside Ray
+        (local engines, which cannot die as actors do)."""
         self.cfg = cfg = resolved.config
         self.derived = resolved.derived
         self.engines = engines
-        self.actor_names = actor_names if actor_names is not None else \
-            {actor_id(engine): f"engine {index}" for index, engine in enumerate(engines)}
+        self.actor_names = actor_names or {}
         self.queue = GroupQueue(self.derived.max_queue_size, priority=lambda group: group.oldest_version)
         self.factory = factory
         self.n = cfg.rollout.n_samples_per_prompt
