@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fasync.bench.flops import LlamaShape, matmul_peak  # noqa: E402
+from fasync.bench.llama import SPECIALS, save_llama  # noqa: E402
 from fasync.bench.modes import Scenario, ScenarioResult, Variant, read_run_dir, run_scenario  # noqa: E402
 from fasync.bench.report import (  # noqa: E402
     fmt,
@@ -58,7 +59,7 @@ from fasync.modes import MODES  # noqa: E402
 DOC = ROOT / "docs" / "benchmarks.md"
 MODEL = {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8, "num_attention_heads": 8,
          "num_key_value_heads": 8, "max_position_embeddings": 256}
-SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>"]
+CHAT_SPECIALS = ["<|user|>", "<|assistant|>"]
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 WORDS, WORDS_PER_PROMPT, POOL = 256, 64, 2048
@@ -83,9 +84,7 @@ def vocabulary(seed: int = 0) -> list[str]:
 
 def write_model(directory: Path, words: list[str], seed: int = 0) -> Path:
     """The Llama of `MODEL` and its tokenizer: byte-level BPE trained on sentences of `words` until every word
-    (with its leading space) is one token, `SPECIALS` and the chat template `TEMPLATE`."""
-    import torch
-    import transformers
+    (with its leading space) is one token, `SPECIALS`, `CHAT_SPECIALS` and the chat template `TEMPLATE`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     rng = random.Random(seed)
@@ -94,18 +93,9 @@ def write_model(directory: Path, words: list[str], seed: int = 0) -> Path:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     core.decoder = decoders.ByteLevel()
     core.train_from_iterator(sentences + ["reverse:"], trainers.BpeTrainer(
-        vocab_size=4096, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>",
-                                                     pad_token="<pad>", unk_token="<unk>",
-                                                     additional_special_tokens=SPECIALS[4:])
-    tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(directory)
-    config = transformers.LlamaConfig(vocab_size=len(tokenizer), pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                                      tie_word_embeddings=False, **MODEL)
-    torch.manual_seed(seed)
-    transformers.LlamaForCausalLM(config).save_pretrained(directory)
-    return directory
+        vocab_size=4096, special_tokens=SPECIALS + CHAT_SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    return save_llama(directory, core, MODEL, seed, chat_template=TEMPLATE, extra_special_tokens=CHAT_SPECIALS)
 
 
 def problems(words: list[str], count: int, seed: int = 1) -> list[dict]:

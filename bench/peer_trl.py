@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fasync.bench.llama import SPECIALS, save_llama  # noqa: E402
 from fasync.bench.report import fmt, load_average, measured, spread, table, write_block  # noqa: E402
 from fasync.metrics.measure import REWARD_WINDOW  # noqa: E402
 from fasync.model.tokenizer import TASK_ALPHABET  # noqa: E402
@@ -38,7 +39,6 @@ SIDES = ("trl", *MODES)
 FASYNC_COMMON = ("resources.rollout_threads=1", "resources.train_threads=1", "logging.progress=none",
                  "train.micro_batch_size=256", "train.global_batch_size=256")
 """On top of configs/quickstart.yaml (32 prompts × 8 samples, lr 2e-3, 6 new tokens, target 0.9)."""
-SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 MODEL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 4, "max_position_embeddings": 32}
 
@@ -46,22 +46,13 @@ MODEL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "n
 def write_model(directory: Path, seed: int = 0) -> Path:
     """A 2-layer, 64-wide Llama and a character-level tokenizer over the task's alphabet, without a chat
     template, so that both sides feed the model the prompt's characters and nothing else."""
-    import torch
-    import transformers
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
     vocab = {token: i for i, token in enumerate(SPECIALS + list(TASK_ALPHABET))}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>",
-                                                     pad_token="<pad>", unk_token="<unk>")
-    tokenizer.save_pretrained(directory)
-    config = transformers.LlamaConfig(vocab_size=len(vocab), pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                                      tie_word_embeddings=False, **MODEL)
-    torch.manual_seed(seed)
-    transformers.LlamaForCausalLM(config).save_pretrained(directory)
-    return directory
+    return save_llama(directory, core, MODEL, seed)
 
 
 # -- the two sides, each run as a child process ------------------------------------------------------
