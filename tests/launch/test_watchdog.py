@@ -34,17 +34,11 @@ def actors(ray_session):
         ray.kill(handle)
 
 
-def test_a_call_that_fails_because_an_engine_died_names_the_engine(actors):
+@pytest.mark.parametrize("killed", ["engine 0", "the rollouter"])
+def test_a_failed_call_names_the_actor_that_died_whether_called_or_called_by_it(actors, killed):
+    """The engine killed: the rollouter's call fails through it; the rollouter killed: the call itself fails."""
     ray, watchdog, engine, rollouter = actors
-    ray.kill(engine)
+    ray.kill({"engine 0": engine, "the rollouter": rollouter}[killed])
     with pytest.raises(ActorFailed) as failure:
         watchdog.fetch(rollouter.snapshot.remote(), "the rollouter's snapshot")
-    assert str(failure.value).startswith("the rollouter's snapshot failed: engine 0 died"), failure.value
-
-
-def test_a_call_to_an_actor_that_died_names_that_actor(actors):
-    ray, watchdog, engine, rollouter = actors
-    ray.kill(rollouter)
-    with pytest.raises(ActorFailed) as failure:
-        watchdog.fetch(rollouter.snapshot.remote(), "the rollouter's snapshot")
-    assert str(failure.value).startswith("the rollouter's snapshot failed: the rollouter died"), failure.value
+    assert str(failure.value).startswith(f"the rollouter's snapshot failed: {killed} died"), failure.value
