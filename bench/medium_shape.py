@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fasync.bench.flops import LlamaShape, matmul_peak  # noqa: E402
-from fasync.bench.llama import SPECIALS, save_llama  # noqa: E402
+from fasync.bench.medium import (  # noqa: E402
+    LR,
+    MAX_NEW_TOKENS,
+    MODEL,
+    POOL,
+    PROMPTS,
+    SAMPLES,
+    TARGET,
+    TEMPLATE,
+    WORDS,
+    WORDS_PER_PROMPT,
+    write_files,
+)
 from fasync.bench.modes import Scenario, ScenarioResult, Variant, read_run_dir, run_scenario  # noqa: E402
 from fasync.bench.report import (  # noqa: E402
     fmt,
@@ -57,55 +68,12 @@ from fasync.metrics.measure import REWARD_WINDOW, last_per_rollout  # noqa: E402
 from fasync.modes import MODES  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
-MODEL = {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8, "num_attention_heads": 8,
-         "num_key_value_heads": 8, "max_position_embeddings": 256}
-CHAT_SPECIALS = ["<|user|>", "<|assistant|>"]
-TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-WORDS, WORDS_PER_PROMPT, POOL = 256, 64, 2048
-PROMPTS, SAMPLES, MAX_NEW_TOKENS, LR, TARGET = 4, 4, 80, 3e-4, 0.5
 THREADS = 1
 TOP = 12
 MATMUL_SIZE = 1024
 
 
-# -- the model, its tokenizer and the task ---------------------------------------------------------
-
-
-def vocabulary(seed: int = 0) -> list[str]:
-    """`WORDS` distinct pseudo-words of two or three consonant-vowel syllables."""
-    rng = random.Random(seed)
-    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
-    found: set[str] = set()
-    while len(found) < WORDS:
-        found.add("".join(rng.choice(syllables) for _ in range(rng.choice((2, 3)))))
-    return sorted(found)
-
-
-def write_model(directory: Path, words: list[str], seed: int = 0) -> Path:
-    """The Llama of `MODEL` and its tokenizer: byte-level BPE trained on sentences of `words` until every word
-    (with its leading space) is one token, `SPECIALS`, `CHAT_SPECIALS` and the chat template `TEMPLATE`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    rng = random.Random(seed)
-    sentences = [" ".join(rng.choice(words) for _ in range(WORDS_PER_PROMPT)) for _ in range(2000)]
-    core = Tokenizer(models.BPE(unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    core.decoder = decoders.ByteLevel()
-    core.train_from_iterator(sentences + ["reverse:"], trainers.BpeTrainer(
-        vocab_size=4096, special_tokens=SPECIALS + CHAT_SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    return save_llama(directory, core, MODEL, seed, chat_template=TEMPLATE, extra_special_tokens=CHAT_SPECIALS)
-
-
-def problems(words: list[str], count: int, seed: int = 1) -> list[dict]:
-    """Prompts "reverse: w1 … w64" and their answers "w64 … w1"."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        chosen = [rng.choice(words) for _ in range(WORDS_PER_PROMPT)]
-        out.append({"prompt": "reverse: " + " ".join(chosen), "label": " ".join(reversed(chosen))})
-    return out
+# -- the task's token lengths ----------------------------------------------------------------------
 
 
 def token_lengths(model: Path, rows: list[dict]) -> tuple[list[int], list[int]]:
@@ -117,25 +85,6 @@ def token_lengths(model: Path, rows: list[dict]) -> tuple[list[int], list[int]]:
                                                  add_generation_prompt=True, return_dict=False)) for row in rows]
     answers = [len(tokenizer(row["label"], add_special_tokens=False)["input_ids"]) + 1 for row in rows]
     return prompts, answers
-
-
-def write_config(out: Path, model: Path, dataset: Path, rollouts: int) -> Path:
-    import yaml
-
-    config = {
-        "mode": "sync",
-        "model": {"path": str(model), "dtype": "float32"},
-        "data": {"path": str(dataset)},
-        "reward": {"function": "fasync.bench.rewards:word_match"},
-        "rollout": {"batch_size": PROMPTS, "n_samples_per_prompt": SAMPLES, "max_new_tokens": MAX_NEW_TOKENS,
-                    "temperature": 1.0},
-        "train": {"global_batch_size": PROMPTS * SAMPLES, "micro_batch_size": PROMPTS * SAMPLES,
-                  "num_rollouts": rollouts, "target_reward": TARGET, "lr": LR},
-        "logging": {"run_dir": str(out / "run")},
-    }
-    path = out / "medium.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
 
 
 # -- FLOPs of the runs' phases ---------------------------------------------------------------------
@@ -473,18 +422,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fasync-medium-") as scratch:
         out = args.out or Path(scratch)
         out.mkdir(parents=True, exist_ok=True)
-        words = vocabulary()
-        model = write_model(out / "model", words)
-        rows = problems(words, POOL)
-        dataset = out / "reverse-words.jsonl"
-        dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        files = write_files(out, args.rollouts)
+        model, rows = files.model, files.rows
         prompt_tokens, answer_tokens = token_lengths(model, rows)
         config_json = json.loads((model / "config.json").read_text())
         shape = LlamaShape.of(config_json)
         from transformers import AutoModelForCausalLM
 
         parameters = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model).parameters())
-        config = write_config(out, model, dataset, args.rollouts)
+        config = files.config
         peaks = [matmul_peak(MATMUL_SIZE)]
         print(f"medium: peak {peaks[-1]:.1f} GFLOP/s; profiling", flush=True)
         profile = profile_calls(config, rows, shape, args.top)
