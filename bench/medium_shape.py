@@ -54,6 +54,7 @@ from fasync.bench.modes import Scenario, ScenarioResult, Variant, read_run_dir, 
 from fasync.bench.report import (  # noqa: E402
     fmt,
     load_average,
+    load_sentence,
     measured,
     mode_table,
     overlap_table,
@@ -61,6 +62,7 @@ from fasync.bench.report import (  # noqa: E402
     phase_table,
     spread,
     table,
+    under_load,
     write_block,
 )
 from fasync.bench.rewards import word_match  # noqa: E402
@@ -269,16 +271,11 @@ def render(saved: dict, command: str) -> dict[str, str]:
     peak, typical = max(peaks), statistics.median(peaks)
     result = saved["result"]
     labels = list(result["rates"])
-    loaded = saved["load_before"][0] >= 1.0 or saved["capacity"] < 1.8
-    condition = ("**taken under load**: other work shared the two cores (load average and capacity above), so "
-                 "every figure is lower than on a quiet machine; the peak was measured under the same load"
-                 if loaded else "a quiet machine")
     prompt, answer = saved["prompt_tokens"], saved["answer_tokens"]
     setup = "\n".join([
         f"- {command}",
-        f"- load average before the runs {' / '.join(f'{v:.2f}' for v in saved['load_before'])}, after "
-        f"{saved['load_after']}; two busy processes got {fmt(saved['capacity'], 2)} cores' worth of work done at "
-        f"once (2.00 on two free cores): {condition}",
+        f"- {load_sentence(saved['load_before'], saved['load_after'], saved['capacity'])}"
+        + ("; the peak was measured under the same load" if under_load(saved["load_before"], saved["capacity"]) else ""),
         f"- model: `LlamaForCausalLM` {json.dumps(MODEL)}, vocabulary {shape.vocab} (byte-level BPE trained in "
         f"code on the task's {WORDS} pseudo-words, chat template `{TEMPLATE}`), float32, seed 0: "
         f"{shape.body_parameters / 1e6:.2f} M weights in the decoder's linear layers, {shape.head_parameters / 1e6:.2f} M "
@@ -423,7 +420,7 @@ def main() -> int:
         out = args.out or Path(scratch)
         out.mkdir(parents=True, exist_ok=True)
         files = write_files(out, args.rollouts)
-        model, rows = files.model, files.rows
+        model, rows = files.model, files.rows()
         prompt_tokens, answer_tokens = token_lengths(model, rows)
         config_json = json.loads((model / "config.json").read_text())
         shape = LlamaShape.of(config_json)

@@ -67,44 +67,54 @@ def problems(words: list[str], count: int, seed: int = 1) -> list[dict]:
     return out
 
 
-def write_config(out: Path, model: Path, dataset: Path, rollouts: int) -> Path:
-    """`out`/medium.yaml: sync on the model and dataset, the shape's geometry, at most `rollouts` rollouts or until
-    `TARGET`; the run directory `out`/run."""
+@dataclass(frozen=True)
+class MediumFiles:
+    """The files every run at the medium shape loads, in one folder: the model's directory, the prompts as JSONL
+    (`prompt`, `label`) and the config that trains them."""
+
+    root: Path
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def dataset(self) -> Path:
+        return self.root / "reverse-words.jsonl"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "medium.yaml"
+
+    def rows(self) -> list[dict]:
+        return [json.loads(line) for line in self.dataset.read_text().splitlines()]
+
+
+def write_config(files: MediumFiles, rollouts: int) -> Path:
+    """`files.config`: sync on the files' model and prompts, the shape's geometry, at most `rollouts` rollouts or
+    until `TARGET`; the run directory `run` beside it."""
     import yaml
 
     config = {
         "mode": "sync",
-        "model": {"path": str(model), "dtype": "float32"},
-        "data": {"path": str(dataset)},
+        "model": {"path": str(files.model), "dtype": "float32"},
+        "data": {"path": str(files.dataset)},
         "reward": {"function": REWARD},
         "rollout": {"batch_size": PROMPTS, "n_samples_per_prompt": SAMPLES, "max_new_tokens": MAX_NEW_TOKENS,
                     "temperature": TEMPERATURE},
         "train": {"global_batch_size": PROMPTS * SAMPLES, "micro_batch_size": PROMPTS * SAMPLES,
                   "num_rollouts": rollouts, "target_reward": TARGET, "lr": LR},
-        "logging": {"run_dir": str(out / "run")},
+        "logging": {"run_dir": str(files.root / "run")},
     }
-    path = out / "medium.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-@dataclass(frozen=True)
-class MediumFiles:
-    """What `write_files` wrote: the model's directory, the prompts as JSONL (`prompt`, `label`) and the config
-    that trains them, and the prompts' rows."""
-
-    model: Path
-    dataset: Path
-    config: Path
-    rows: list[dict]
+    files.config.write_text(yaml.safe_dump(config, sort_keys=False))
+    return files.config
 
 
 def write_files(out: Path, rollouts: int) -> MediumFiles:
-    """The model (`out`/model), `POOL` prompts (`out`/reverse-words.jsonl) and the config (`out`/medium.yaml) that
-    every run at the medium shape loads."""
+    """The model, `POOL` prompts and the config (at most `rollouts` rollouts) in `out`."""
+    files = MediumFiles(out)
     words = vocabulary()
-    model = write_model(out / "model", words)
-    rows = problems(words, POOL)
-    dataset = out / "reverse-words.jsonl"
-    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return MediumFiles(model, dataset, write_config(out, model, dataset, rollouts), rows)
+    write_model(files.model, words)
+    files.dataset.write_text("".join(json.dumps(row) + "\n" for row in problems(words, POOL)))
+    write_config(files, rollouts)
+    return files
