@@ -266,22 +266,49 @@ def process_name(pid: int) -> str:
     return program
 
 
-def tree_pss(root: int) -> tuple[int, dict[str, int], int]:
-    """PSS in bytes of `root` and every process descended from it: the total, by `process_name`, and how many
-    processes there are."""
+def stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command's name (the first is the state, the second the parent's pid)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every living process descended from it."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(int(entry))
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(entry))
-    total, by_name, stack, count = 0, {}, [root], 0
+    tree, stack = [], [root]
     while stack:
         pid = stack.pop()
+        tree.append(pid)
         stack += children.get(pid, [])
+    return tree
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user and system) that `root` and its living descendants have run, with those of their children
+    that ended and were waited for: the work a side did, which other work on the machine delays but does not
+    add to."""
+    ticks = 0
+    for pid in process_tree(root):
+        try:
+            # utime, stime, cutime, cstime
+            ticks += sum(int(field) for field in stat_fields(pid)[11:15])
+        except OSError:
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_pss(root: int) -> tuple[int, dict[str, int], int]:
+    """PSS in bytes of `root` and every process descended from it: the total, by `process_name`, and how many
+    processes there are."""
+    total, by_name, count = 0, {}, 0
+    for pid in process_tree(root):
         try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
@@ -319,7 +346,7 @@ def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: flo
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(root), *(path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path)])}
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=environment)
-    peak, peak_by_name, peak_count, first_step = 0, {}, 0, None
+    peak, peak_by_name, peak_count, first_step, seen_size, step_cpu = 0, {}, 0, None, 0, []
     while True:
         done = child.poll() is not None
         if not done:
@@ -327,8 +354,14 @@ def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: flo
             if total > peak:
                 peak, peak_by_name, peak_count = total, by_name, count
         now = time.monotonic() - started
-        if first_step is None and records.exists() and records.stat().st_size:
+        size = records.stat().st_size if records.exists() else 0
+        if first_step is None and size:
             first_step = now
+        if size != seen_size and not done:
+            # The side's CPU seconds when each step's record appeared.
+            seen_size = size
+            recorded = len(step_lines(records))
+            step_cpu += [tree_cpu_s(child.pid)] * (recorded - len(step_cpu))
         if done:
             break
         if now > timeout:
@@ -339,12 +372,14 @@ def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: flo
     stamps = [r["time"] if side == "trl" else r["wall_time"] for r in lines]
     # Per step: the steady steps, from the third on (the first ones pay for warming up).
     deltas = [b - a for a, b in zip(stamps[2:], stamps[3:])]
+    cpu_deltas = [b - a for a, b in zip(step_cpu[2:], step_cpu[3:])]
     # Each step's reward and its time since the process started: the first step as seen from here, the
     # later ones by the run's own clock.
     series = [[first_step + stamp - stamps[0], record[reward_key]] for stamp, record in zip(stamps, lines)] \
         if first_step is not None else []
     result = {"side": side, "exit": child.wait(), "steps": len(lines), "first_step_s": first_step,
               "series": series, "step_ms": 1000 * statistics.median(deltas) if deltas else None,
+              "step_cpu_s": statistics.median(cpu_deltas) if cpu_deltas else None,
               "peak_pss_gib": peak / 2**30, "peak_processes": peak_count,
               "peak_by_process_mib": {name: round(size / 2**20) for name, size in
                                       sorted(peak_by_name.items(), key=lambda item: -item[1])}}
@@ -429,15 +464,16 @@ def render(shape: Shape, saved: dict, target: float) -> str:
     sides = [side for side, runs in results.items() if side != "ray" and runs]
     per_step = shape.prompts * shape.samples
     header = ["side", "exit (worst)", f"reached {target}", f"steps to {target} (median)", "per step (ms)", "× TRL",
-              "samples/s", f"time to {target} (s)", "× TRL", "first step (s)", "× TRL", "peak PSS (GiB)", "× TRL"]
+              "samples/s", "CPU per step (s)", "× TRL", f"time to {target} (s)", "× TRL", "first step (s)", "× TRL", "peak PSS (GiB)", "× TRL"]
     rows = []
     for side in sides:
         runs = results[side]
         row = [side, max(r["exit"] for r in runs), f"{sum(r['time_to_target_s'] is not None for r in runs)}/{len(runs)}",
                spread([r["steps_to_target"] for r in runs], 0)]
-        for key, digits in (("step_ms", 0), ("time_to_target_s", 1), ("first_step_s", 1), ("peak_pss_gib", 2)):
+        for key, digits in (("step_ms", 0), ("step_cpu_s", 1), ("time_to_target_s", 1), ("first_step_s", 1),
+                            ("peak_pss_gib", 2)):
             ours, theirs = median(runs, key), median(trl, key)
-            row += [spread([r[key] for r in runs], digits),
+            row += [spread([r.get(key) for r in runs], digits),
                     fmt(ours / theirs, 2) if ours is not None and theirs else "—"]
             if key == "step_ms":
                 row.append(spread([1000 * per_step / r[key] if r[key] else None for r in runs], 2))
@@ -503,7 +539,11 @@ def render(shape: Shape, saved: dict, target: float) -> str:
                 if k not in ("output_dir", "seed")) + ")`, `torch.set_num_threads(1)`",
         ]),
         table(header, rows),
-        f"samples/s: the {per_step} samples of an optimizer step over each run's median time per step. "
+        f"samples/s: the {per_step} samples of an optimizer step over each run's median time per step. CPU per "
+        "step: the CPU seconds (user and system) of the side's process and everything it started, Ray's and the "
+        "actors' included, between two steps' records (median from the third step on): the work a step costs, "
+        "which other work on the machine delays but does not add to, so it compares sides measured under "
+        "different loads better than the wall clock does. "
         "The phases per optimizer step, in ms (medians of the per-step values from the third step on): generate "
         "(fasync: engine time; TRL: its `GRPOTrainer._generate`, transformers' `generate` with its prompts' "
         "tokenization and the completions' ids), train call (what fasync's driver waited for the trainer: the step "
