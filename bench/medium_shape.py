@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -38,11 +37,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fasync.bench.flops import LlamaShape, matmul_peak  # noqa: E402
-from fasync.bench.llama import SPECIALS, save_llama  # noqa: E402
+from fasync.bench.medium import (  # noqa: E402
+    LR,
+    MAX_NEW_TOKENS,
+    MODEL,
+    POOL,
+    PROMPTS,
+    SAMPLES,
+    TARGET,
+    TEMPLATE,
+    WORDS,
+    WORDS_PER_PROMPT,
+    write_files,
+)
 from fasync.bench.modes import Scenario, ScenarioResult, Variant, read_run_dir, run_scenario  # noqa: E402
 from fasync.bench.report import (  # noqa: E402
     fmt,
     load_average,
+    load_sentence,
     measured,
     mode_table,
     overlap_table,
@@ -50,6 +62,7 @@ from fasync.bench.report import (  # noqa: E402
     phase_table,
     spread,
     table,
+    under_load,
     write_block,
 )
 from fasync.bench.rewards import word_match  # noqa: E402
@@ -57,55 +70,12 @@ from fasync.metrics.measure import REWARD_WINDOW, last_per_rollout  # noqa: E402
 from fasync.modes import MODES  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
-MODEL = {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8, "num_attention_heads": 8,
-         "num_key_value_heads": 8, "max_position_embeddings": 256}
-CHAT_SPECIALS = ["<|user|>", "<|assistant|>"]
-TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-WORDS, WORDS_PER_PROMPT, POOL = 256, 64, 2048
-PROMPTS, SAMPLES, MAX_NEW_TOKENS, LR, TARGET = 4, 4, 80, 3e-4, 0.5
 THREADS = 1
 TOP = 12
 MATMUL_SIZE = 1024
 
 
-# -- the model, its tokenizer and the task ---------------------------------------------------------
-
-
-def vocabulary(seed: int = 0) -> list[str]:
-    """`WORDS` distinct pseudo-words of two or three consonant-vowel syllables."""
-    rng = random.Random(seed)
-    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
-    found: set[str] = set()
-    while len(found) < WORDS:
-        found.add("".join(rng.choice(syllables) for _ in range(rng.choice((2, 3)))))
-    return sorted(found)
-
-
-def write_model(directory: Path, words: list[str], seed: int = 0) -> Path:
-    """The Llama of `MODEL` and its tokenizer: byte-level BPE trained on sentences of `words` until every word
-    (with its leading space) is one token, `SPECIALS`, `CHAT_SPECIALS` and the chat template `TEMPLATE`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    rng = random.Random(seed)
-    sentences = [" ".join(rng.choice(words) for _ in range(WORDS_PER_PROMPT)) for _ in range(2000)]
-    core = Tokenizer(models.BPE(unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    core.decoder = decoders.ByteLevel()
-    core.train_from_iterator(sentences + ["reverse:"], trainers.BpeTrainer(
-        vocab_size=4096, special_tokens=SPECIALS + CHAT_SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    return save_llama(directory, core, MODEL, seed, chat_template=TEMPLATE, extra_special_tokens=CHAT_SPECIALS)
-
-
-def problems(words: list[str], count: int, seed: int = 1) -> list[dict]:
-    """Prompts "reverse: w1 … w64" and their answers "w64 … w1"."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        chosen = [rng.choice(words) for _ in range(WORDS_PER_PROMPT)]
-        out.append({"prompt": "reverse: " + " ".join(chosen), "label": " ".join(reversed(chosen))})
-    return out
+# -- the task's token lengths ----------------------------------------------------------------------
 
 
 def token_lengths(model: Path, rows: list[dict]) -> tuple[list[int], list[int]]:
@@ -117,25 +87,6 @@ def token_lengths(model: Path, rows: list[dict]) -> tuple[list[int], list[int]]:
                                                  add_generation_prompt=True, return_dict=False)) for row in rows]
     answers = [len(tokenizer(row["label"], add_special_tokens=False)["input_ids"]) + 1 for row in rows]
     return prompts, answers
-
-
-def write_config(out: Path, model: Path, dataset: Path, rollouts: int) -> Path:
-    import yaml
-
-    config = {
-        "mode": "sync",
-        "model": {"path": str(model), "dtype": "float32"},
-        "data": {"path": str(dataset)},
-        "reward": {"function": "fasync.bench.rewards:word_match"},
-        "rollout": {"batch_size": PROMPTS, "n_samples_per_prompt": SAMPLES, "max_new_tokens": MAX_NEW_TOKENS,
-                    "temperature": 1.0},
-        "train": {"global_batch_size": PROMPTS * SAMPLES, "micro_batch_size": PROMPTS * SAMPLES,
-                  "num_rollouts": rollouts, "target_reward": TARGET, "lr": LR},
-        "logging": {"run_dir": str(out / "run")},
-    }
-    path = out / "medium.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
 
 
 # -- FLOPs of the runs' phases ---------------------------------------------------------------------
@@ -320,16 +271,11 @@ def render(saved: dict, command: str) -> dict[str, str]:
     peak, typical = max(peaks), statistics.median(peaks)
     result = saved["result"]
     labels = list(result["rates"])
-    loaded = saved["load_before"][0] >= 1.0 or saved["capacity"] < 1.8
-    condition = ("**taken under load**: other work shared the two cores (load average and capacity above), so "
-                 "every figure is lower than on a quiet machine; the peak was measured under the same load"
-                 if loaded else "a quiet machine")
     prompt, answer = saved["prompt_tokens"], saved["answer_tokens"]
     setup = "\n".join([
         f"- {command}",
-        f"- load average before the runs {' / '.join(f'{v:.2f}' for v in saved['load_before'])}, after "
-        f"{saved['load_after']}; two busy processes got {fmt(saved['capacity'], 2)} cores' worth of work done at "
-        f"once (2.00 on two free cores): {condition}",
+        f"- {load_sentence(saved['load_before'], saved['load_after'], saved['capacity'])}"
+        + ("; the peak was measured under the same load" if under_load(saved["load_before"], saved["capacity"]) else ""),
         f"- model: `LlamaForCausalLM` {json.dumps(MODEL)}, vocabulary {shape.vocab} (byte-level BPE trained in "
         f"code on the task's {WORDS} pseudo-words, chat template `{TEMPLATE}`), float32, seed 0: "
         f"{shape.body_parameters / 1e6:.2f} M weights in the decoder's linear layers, {shape.head_parameters / 1e6:.2f} M "
@@ -473,18 +419,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fasync-medium-") as scratch:
         out = args.out or Path(scratch)
         out.mkdir(parents=True, exist_ok=True)
-        words = vocabulary()
-        model = write_model(out / "model", words)
-        rows = problems(words, POOL)
-        dataset = out / "reverse-words.jsonl"
-        dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        files = write_files(out, args.rollouts)
+        model, rows = files.model, files.rows()
         prompt_tokens, answer_tokens = token_lengths(model, rows)
         config_json = json.loads((model / "config.json").read_text())
         shape = LlamaShape.of(config_json)
         from transformers import AutoModelForCausalLM
 
         parameters = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model).parameters())
-        config = write_config(out, model, dataset, args.rollouts)
+        config = files.config
         peaks = [matmul_peak(MATMUL_SIZE)]
         print(f"medium: peak {peaks[-1]:.1f} GFLOP/s; profiling", flush=True)
         profile = profile_calls(config, rows, shape, args.top)

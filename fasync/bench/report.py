@@ -88,6 +88,23 @@ def load_average() -> str:
     return " / ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+def under_load(load_before: list[float], capacity: float) -> bool:
+    """Whether other work shared the cores when a benchmark started: a 1-minute load average of 1 or more before
+    it, or two busy processes getting under 1.8 cores' worth of work done at once (`parallel_capacity`)."""
+    return load_before[0] >= 1.0 or capacity < 1.8
+
+
+def load_sentence(load_before: list[float], load_after: str, capacity: float) -> str:
+    """The load a benchmark ran under, as its setup line says it: the load average before and after (`load_average`),
+    the parallel capacity, and whether the figures were taken under load."""
+    condition = ("**taken under load**: other work shared the two cores (load average and capacity above), so "
+                 "every figure is lower than on a quiet machine" if under_load(load_before, capacity)
+                 else "a quiet machine")
+    return (f"load average before the runs {' / '.join(f'{v:.2f}' for v in load_before)}, after {load_after}; two "
+            f"busy processes got {fmt(capacity, 2)} cores' worth of work done at once (2.00 on two free cores): "
+            f"{condition}")
+
+
 def commit() -> str:
     """The commit of the checkout the command runs in (its working directory), marked when it has changes."""
     def git(*args: str) -> str:

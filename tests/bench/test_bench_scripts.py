@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,54 @@ def test_memory_is_summed_over_the_process_and_its_descendants():
     finally:
         child.kill()
         child.wait()
+
+
+def test_cpu_time_is_summed_over_the_process_and_the_children_it_waited_for():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in peer.process_tree(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass"], check=True)
+    mine = time.process_time()
+    # /proc counts whole clock ticks (1/100 s on Linux) and rounds each of its four counters down.
+    assert peer.tree_cpu_s(os.getpid()) >= mine + 0.3 - 4 / os.sysconf("SC_CLK_TCK")
+
+
+def test_both_sides_at_the_medium_shape_train_the_same_prompts_through_the_same_template(tmp_path):
+    pytest.importorskip("transformers")
+    from fasync.model import build_tokenizer
+
+    shape = peer.MEDIUM
+    model = shape.write_files(tmp_path, 4)
+    config, _ = shape.fasync_run(model)
+    rows, reward = shape.trl_prompts(model, 0)
+    settings = peer.trl_settings(shape, tmp_path, 4, 0)
+    for mode in peer.MODES:
+        loaded = load_config(config, peer.fasync_overrides(mode, model, 4, 0, shape))
+        assert loaded.config is not None, [d.message for d in loaded.diagnostics]
+        cfg = loaded.config
+        found, crashed = run_rules(cfg)
+        assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
+        assert cfg.mode == mode and cfg.model.path == str(model) and cfg.train.num_rollouts == 4
+        assert (cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt, cfg.rollout.n_samples_per_prompt,
+                cfg.rollout.max_new_tokens, cfg.train.lr, cfg.rollout.temperature) == (
+            settings["per_device_train_batch_size"], settings["num_generations"], settings["max_completion_length"],
+            settings["learning_rate"], settings["temperature"])
+        assert cfg.train.global_batch_size == settings["per_device_train_batch_size"]
+    assert reward.__name__ == cfg.reward.function.rsplit(":", 1)[1]
+    fasync_rows = [json.loads(line) for line in Path(cfg.data.path).read_text().splitlines()]
+    assert [row["label"] for row in rows] == [row["label"] for row in fasync_rows]
+    assert [row["prompt"] for row in rows] == [[{"role": "user", "content": row["prompt"]}] for row in fasync_rows]
+
+    from transformers import AutoTokenizer
+
+    theirs = AutoTokenizer.from_pretrained(model)
+    ours = build_tokenizer(cfg.model, cfg.data)
+    for row in rows[:8]:
+        assert theirs.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                          return_dict=False) == ours.format_prompt(row["prompt"][0]["content"])
 
 
 def test_the_peer_bench_without_trl_says_how_to_install_it():
