@@ -188,28 +188,31 @@ def top_entries(profiler, top: int) -> dict:
 
 
 def cache_appends(call) -> dict:
-    """Seconds of an unprofiled call, and of them the seconds transformers' `DynamicCache` spent appending each
-    forward's keys and values (`DynamicLayer.update`, a `torch.cat` of the layer's whole cache): the profiler's
-    own overhead lands on its many `aten::cat` calls, so they are timed here without it."""
+    """Seconds of an unprofiled call, and of them the seconds the model's KV cache spent storing each forward's keys
+    and values (transformers' `Cache.update`, which hands them to each layer's cache), and the class of those layers:
+    the profiler's own overhead lands on the many small operators of these updates, so they are timed here without
+    it."""
     from transformers import cache_utils
 
-    appending = cache_utils.DynamicLayer.update
-    spent = [0.0]
+    storing = cache_utils.Cache.update
+    spent, layer_classes = [0.0], set()
 
     def timed_update(self, *args, **kwargs):
         started = time.perf_counter()
         try:
-            return appending(self, *args, **kwargs)
+            return storing(self, *args, **kwargs)
         finally:
             spent[0] += time.perf_counter() - started
+            layer_classes.update(type(layer).__name__ for layer in self.layers)
 
-    cache_utils.DynamicLayer.update = timed_update
+    cache_utils.Cache.update = timed_update
     try:
         started = time.perf_counter()
         call()
-        return {"appends_call_s": time.perf_counter() - started, "cache_append_s": spent[0]}
+        return {"appends_call_s": time.perf_counter() - started, "cache_append_s": spent[0],
+                "cache_layers": sorted(layer_classes)}
     finally:
-        cache_utils.DynamicLayer.update = appending
+        cache_utils.Cache.update = storing
 
 
 def timed(call):
@@ -307,6 +310,16 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
             "step": {"s": step_s, "cpu_s": step_cpu_s, "profiled_s": profiled_step_s, "flops": count * shape.train_flops(prompt, completion),
                      **top_entries(step_profile, top)},
             "threads": torch.get_num_threads()}
+
+
+def profile_fractions(profile: dict, peaks: list[float]) -> dict:
+    """Per profiled call: its wall and CPU seconds, the seconds its KV cache spent storing, and its FLOPs per CPU
+    second as a fraction of the best peak (`--profile-only`)."""
+    peak = max(peaks)
+    return {"peaks": peaks, "load": list(os.getloadavg()), **{
+        name: {"s": call["s"], "cpu_s": call["cpu_s"], "cache_append_s": call.get("cache_append_s"),
+               "cpu_of_peak": call["flops"] / call["cpu_s"] / 1e9 / peak, "wall_of_peak": call["flops"] / call["s"] / 1e9 / peak}
+        for name, call in (("generate", profile["generate"]), ("step", profile["step"]))}}
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -414,11 +427,11 @@ def render(saved: dict, command: str) -> dict[str, str]:
         f"{fmt(profile['prompt_tokens'], 0)} tokens, {fmt(profile['completion_tokens'], 1)} new tokens on average) "
         "and one optimizer step on them, each after an unprofiled warm-up call; the top entries by self CPU time.",
         call_line("Generate call", profile["generate"]), entries(profile["generate"]),
-        f"Timed without the profiler in another call ({fmt(appends['appends_call_s'], 2)} s), transformers' "
-        f"`DynamicCache` spent {fmt(appends['cache_append_s'], 2)} s "
-        f"({appends['cache_append_s'] / appends['appends_call_s']:.0%}) appending each forward's keys and values to "
-        "each layer's cache (`DynamicLayer.update`, a `torch.cat` that copies the layer's whole cache): the profiler's "
-        "own overhead inflates its `aten::cat` entries above.",
+        f"Timed without the profiler in another call ({fmt(appends['appends_call_s'], 2)} s), the KV cache "
+        f"({', '.join(f'`{name}`' for name in appends.get('cache_layers', ['DynamicLayer']))} per layer) spent "
+        f"{fmt(appends['cache_append_s'], 2)} s ({appends['cache_append_s'] / appends['appends_call_s']:.0%}) "
+        "storing each forward's keys and values (`Cache.update`): the profiler's own overhead inflates its small "
+        "operators' entries above.",
         vllm_line(saved.get("vllm"), shape, peak),
         call_line("Optimizer step", profile["step"]), entries(profile["step"]),
     ])
@@ -453,6 +466,9 @@ def main() -> int:
     parser.add_argument("--vllm-python", default=None,
                         help="A Python with vLLM's CPU build (`make venv-vllm`: .venv-vllm/bin/python): the profiled "
                         "generate call is also timed on vLLM's engine. Default: not measured.")
+    parser.add_argument("--profile-only", action="store_true",
+                        help="Only the peak and the profiled calls, without the mode runs: print their figures as one "
+                        "JSON line and leave docs/benchmarks.md alone.")
     parser.add_argument("--vllm-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.vllm_child is not None:
@@ -489,6 +505,10 @@ def main() -> int:
         print(f"medium: peak {peaks[-1]:.1f} GFLOP/s; profiling", flush=True)
         profile = profile_calls(config, rows, shape, args.top)
         print(f"medium: generate {profile['generate']['s']:.2f} s, step {profile['step']['s']:.2f} s", flush=True)
+        if args.profile_only:
+            peaks.append(matmul_peak(MATMUL_SIZE))
+            print(json.dumps(profile_fractions(profile, peaks)))
+            return 0
         vllm = run_vllm(args.vllm_python, out) if args.vllm_python else None
         if vllm is not None:
             print(f"medium: vLLM {vllm}", flush=True)
