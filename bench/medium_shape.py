@@ -24,6 +24,7 @@ Writes the blocks `medium-setup`, `medium-modes`, `medium-peak` and `medium-prof
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -215,6 +216,54 @@ def cache_appends(call) -> dict:
         cache_utils.Cache.update = storing
 
 
+@contextlib.contextmanager
+def prefill_timer(engine):
+    """The CPU seconds the torch engine spends in its prefills (`HFEngine._prefill`, one forward over the
+    left-padded prompts) while the block runs: the rest of a generate call is its decode steps."""
+    spent = [0.0]
+    prefill = engine._prefill
+
+    def timed_prefill(*args, **kwargs):
+        started = time.process_time()
+        try:
+            return prefill(*args, **kwargs)
+        finally:
+            spent[0] += time.process_time() - started
+
+    engine._prefill = timed_prefill
+    try:
+        yield spent
+    finally:
+        del engine._prefill
+
+
+def decode_products(shape: LlamaShape, rows: int, seconds: float = 1.0) -> float:
+    """GFLOP/s per CPU second of the decoder's linear layers on `rows` rows, as one decode step of that many
+    sequences runs them: every layer's q, k, v, o, gate, up and down products in turn, each layer with weights of
+    its own, so that each weight comes from memory as in the model. What a decode step would reach if it were
+    only its products."""
+    import torch
+    from torch.nn.functional import linear
+
+    queries, keys = shape.heads * shape.width_per_head, shape.kv_heads * shape.width_per_head
+    products = [(shape.hidden, queries), (shape.hidden, keys), (shape.hidden, keys), (queries, shape.hidden),
+                (shape.hidden, shape.intermediate), (shape.hidden, shape.intermediate),
+                (shape.intermediate, shape.hidden)]
+    weights = [torch.randn(out, width) for _ in range(shape.layers) for width, out in products]
+    inputs = {width: torch.randn(rows, width) for width, _ in products}
+
+    def step():
+        for weight in weights:
+            linear(inputs[weight.shape[1]], weight)
+
+    step()
+    steps, started = 0, time.process_time()
+    while time.process_time() - started < seconds:
+        step()
+        steps += 1
+    return 2 * rows * sum(w.numel() for w in weights) * steps / (time.process_time() - started) / 1e9
+
+
 def timed(call):
     """The call's value, its wall seconds and the CPU seconds this process spent in it: on a loaded machine the
     process waits for a core, which the wall time counts and the CPU time does not."""
@@ -283,7 +332,8 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
 
     cfg, tokenizer, engine, params, chosen, requests = rollout_call(config, rows)
     trainer = Trainer(resolve(cfg))
-    _, generate_s, generate_cpu_s = timed(lambda: engine.generate(requests, params))
+    with prefill_timer(engine) as prefill_cpu_s:
+        _, generate_s, generate_cpu_s = timed(lambda: engine.generate(requests, params))
     appending = cache_appends(lambda: engine.generate(requests, params))
     with profile(activities=[ProfilerActivity.CPU]) as generate_profile:
         generations, profiled_generate_s, _ = timed(lambda: engine.generate(requests, params))
@@ -306,6 +356,8 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
     return {"samples": count, "prompt_tokens": prompt, "completion_tokens": completion,
             "generate": {"s": generate_s, "cpu_s": generate_cpu_s, "profiled_s": profiled_generate_s, **appending,
                          "flops": count * shape.generate_flops(prompt, completion),
+                         "prefill_cpu_s": prefill_cpu_s[0], "prefill_flops": count * shape.generate_flops(prompt, 0),
+                         "decode_products_gflops": decode_products(shape, count),
                          **top_entries(generate_profile, top)},
             "step": {"s": step_s, "cpu_s": step_cpu_s, "profiled_s": profiled_step_s, "flops": count * shape.train_flops(prompt, completion),
                      **top_entries(step_profile, top)},
@@ -319,7 +371,17 @@ def profile_fractions(profile: dict, peaks: list[float]) -> dict:
     return {"peaks": peaks, "load": list(os.getloadavg()), **{
         name: {"s": call["s"], "cpu_s": call["cpu_s"], "cache_append_s": call.get("cache_append_s"),
                "cpu_of_peak": call["flops"] / call["cpu_s"] / 1e9 / peak, "wall_of_peak": call["flops"] / call["s"] / 1e9 / peak}
-        for name, call in (("generate", profile["generate"]), ("step", profile["step"]))}}
+        for name, call in (("generate", profile["generate"]), ("step", profile["step"]))},
+        "generate_phases": {phase: rate / peak for phase, rate in generate_phases(profile["generate"]).items()}}
+
+
+def generate_phases(call: dict) -> dict[str, float]:
+    """GFLOP/s per CPU second of a profiled generate call's prefill and of its decode steps (the rest of the call),
+    and of the decoder's products alone at the decode's rows (`decode_products`)."""
+    decode_s = call["cpu_s"] - call["prefill_cpu_s"]
+    return {"prefill": call["prefill_flops"] / call["prefill_cpu_s"] / 1e9,
+            "decode": (call["flops"] - call["prefill_flops"]) / decode_s / 1e9,
+            "decode_products": call["decode_products_gflops"]}
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -426,7 +488,7 @@ def render(saved: dict, command: str) -> dict[str, str]:
         f"{profile['samples']} samples ({PROMPTS} prompts × {SAMPLES}, prompts of "
         f"{fmt(profile['prompt_tokens'], 0)} tokens, {fmt(profile['completion_tokens'], 1)} new tokens on average) "
         "and one optimizer step on them, each after an unprofiled warm-up call; the top entries by self CPU time.",
-        call_line("Generate call", profile["generate"]), entries(profile["generate"]),
+        call_line("Generate call", profile["generate"]), phases_line(profile, peak), entries(profile["generate"]),
         f"Timed without the profiler in another call ({fmt(appends['appends_call_s'], 2)} s), the KV cache "
         f"({', '.join(f'`{name}`' for name in appends.get('cache_layers', ['DynamicLayer']))} per layer) spent "
         f"{fmt(appends['cache_append_s'], 2)} s ({appends['cache_append_s'] / appends['appends_call_s']:.0%}) "
@@ -436,6 +498,22 @@ def render(saved: dict, command: str) -> dict[str, str]:
         call_line("Optimizer step", profile["step"]), entries(profile["step"]),
     ])
     return {"medium-setup": setup, "medium-modes": modes, "medium-peak": peak_text, "medium-profile": profile_text}
+
+
+def phases_line(profile: dict, peak: float) -> str:
+    call = profile["generate"]
+    if "prefill_cpu_s" not in call:
+        return "The call's prefill and decode steps were not timed apart."
+    rates = generate_phases(call)
+    return (f"Of its CPU time, the prefill (one forward over the {profile['samples']} left-padded prompts) took "
+            f"{fmt(call['prefill_cpu_s'], 2)} s for {fmt(call['prefill_flops'] / 1e9, 1)} GFLOP: "
+            f"**{fmt(rates['prefill'] / peak, 2)} of the peak**; the decode steps took "
+            f"{fmt(call['cpu_s'] - call['prefill_cpu_s'], 2)} s for "
+            f"{fmt((call['flops'] - call['prefill_flops']) / 1e9, 1)} GFLOP: **{fmt(rates['decode'] / peak, 2)} of the "
+            f"peak**. The decoder's linear products alone on {profile['samples']} rows, every layer's weights in turn "
+            f"as a decode step reads them, ran at {fmt(rates['decode_products'], 1)} GFLOP/s per CPU second = "
+            f"{fmt(rates['decode_products'] / peak, 2)} of the peak: a ceiling for decode steps of this many rows, "
+            "whose counted FLOPs are nearly all these products.")
 
 
 def vllm_line(vllm: dict | None, shape: LlamaShape, peak: float) -> str:

@@ -27,8 +27,9 @@ class PreallocatedLayer(CacheLayerMixin):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         batch, heads = key_states.shape[:2]
         self.device = key_states.device
-        self._key_storage = key_states.new_zeros(batch, heads, self.max_len, key_states.shape[-1])
-        self._value_storage = value_states.new_zeros(batch, heads, self.max_len, value_states.shape[-1])
+        # Uninitialised: attention only ever reads the positions written so far.
+        self._key_storage = key_states.new_empty(batch, heads, self.max_len, key_states.shape[-1])
+        self._value_storage = value_states.new_empty(batch, heads, self.max_len, value_states.shape[-1])
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
