@@ -3,6 +3,7 @@ with a byte-level BPE tokenizer trained here and a chat template, on a task whos
 trained by `fasync train` in sync, async and fully_async; each phase's FLOP/s against a torch matmul peak.
 
     python bench/medium_shape.py [--rollouts 6] [--out DIR] [--no-write] [--vllm-python .venv-vllm/bin/python]
+    python bench/medium_shape.py --profile-only    # the peak and the profiled calls only, as one JSON line
 
 - the model: `LlamaForCausalLM` of `MODEL` (8 layers, 512 wide), float32, seed 0; the tokenizer: BPE over bytes
   trained with `tokenizers` on sentences of the task's `WORDS` pseudo-words (each word becomes one token), a chat
@@ -15,8 +16,9 @@ trained by `fasync train` in sync, async and fully_async; each phase's FLOP/s ag
 - the peak: `fasync.bench.flops.matmul_peak` (float32 1024³ products, one thread) in this process before each run
   and after the last, interleaved with them;
 - the profile: one generate call and one optimizer step (`Trainer.train_rollout`) in this process, one thread,
-  after a warm-up call of each, under torch.profiler: the top entries by self CPU time; with `--vllm-python`, the
-  same generate call on vLLM's CPU engine in a process of that Python.
+  after a warm-up call of each, under torch.profiler: the top entries by self CPU time; the generate call's
+  prefill and decode steps timed apart, beside the decoder's products alone at the decode's rows; with
+  `--vllm-python`, the same generate call on vLLM's CPU engine in a process of that Python.
 
 Writes the blocks `medium-setup`, `medium-modes`, `medium-peak` and `medium-profile` into docs/benchmarks.md.
 """

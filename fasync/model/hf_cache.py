@@ -2,9 +2,11 @@
 the call's every position (prompt and new tokens), and each forward copies only its own positions in.
 
 transformers' `DynamicCache` appends with `torch.cat`, which copies a layer's whole cache on every decode step:
-at fasync's medium shape (bench/medium_shape.py) that was 14 % of a generate call. Attention here reads the same
+at fasync's medium shape (bench/medium_shape.py) 12-17 % of a generate call's time. Attention here reads the same
 keys and values a `DynamicCache` would hold (a view of the positions filled so far, never the unused room), so the
-masks transformers builds and the model's outputs are those of the growing cache.
+masks transformers builds and the model's outputs are those of the growing cache. (Attention then reads them from
+memory rather than from the processor's cache the copy had just filled, which gives back part of the saving:
+docs/benchmarks.md, "A medium shape".)
 """
 
 from __future__ import annotations
