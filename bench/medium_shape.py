@@ -3,6 +3,7 @@ with a byte-level BPE tokenizer trained here and a chat template, on a task whos
 trained by `fasync train` in sync, async and fully_async; each phase's FLOP/s against a torch matmul peak.
 
     python bench/medium_shape.py [--rollouts 6] [--out DIR] [--no-write] [--vllm-python .venv-vllm/bin/python]
+    python bench/medium_shape.py --profile-only    # the peak and the profiled calls only, as one JSON line
 
 - the model: `LlamaForCausalLM` of `MODEL` (8 layers, 512 wide), float32, seed 0; the tokenizer: BPE over bytes
   trained with `tokenizers` on sentences of the task's `WORDS` pseudo-words (each word becomes one token), a chat
@@ -15,8 +16,9 @@ trained by `fasync train` in sync, async and fully_async; each phase's FLOP/s ag
 - the peak: `fasync.bench.flops.matmul_peak` (float32 1024³ products, one thread) in this process before each run
   and after the last, interleaved with them;
 - the profile: one generate call and one optimizer step (`Trainer.train_rollout`) in this process, one thread,
-  after a warm-up call of each, under torch.profiler: the top entries by self CPU time; with `--vllm-python`, the
-  same generate call on vLLM's CPU engine in a process of that Python.
+  after a warm-up call of each, under torch.profiler: the top entries by self CPU time; the generate call's
+  prefill and decode steps timed apart, beside the decoder's products alone at the decode's rows; with
+  `--vllm-python`, the same generate call on vLLM's CPU engine in a process of that Python.
 
 Writes the blocks `medium-setup`, `medium-modes`, `medium-peak` and `medium-profile` into docs/benchmarks.md.
 """
@@ -24,6 +26,7 @@ Writes the blocks `medium-setup`, `medium-modes`, `medium-peak` and `medium-prof
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -139,28 +142,79 @@ def top_entries(profiler, top: int) -> dict:
 
 
 def cache_appends(call) -> dict:
-    """Seconds of an unprofiled call, and of them the seconds transformers' `DynamicCache` spent appending each
-    forward's keys and values (`DynamicLayer.update`, a `torch.cat` of the layer's whole cache): the profiler's
-    own overhead lands on its many `aten::cat` calls, so they are timed here without it."""
+    """Seconds of an unprofiled call, and of them the seconds the model's KV cache spent storing each forward's keys
+    and values (transformers' `Cache.update`, which hands them to each layer's cache), and the class of those layers:
+    the profiler's own overhead lands on the many small operators of these updates, so they are timed here without
+    it."""
     from transformers import cache_utils
 
-    appending = cache_utils.DynamicLayer.update
-    spent = [0.0]
+    storing = cache_utils.Cache.update
+    spent, layer_classes = [0.0], set()
 
     def timed_update(self, *args, **kwargs):
         started = time.perf_counter()
         try:
-            return appending(self, *args, **kwargs)
+            return storing(self, *args, **kwargs)
         finally:
             spent[0] += time.perf_counter() - started
+            layer_classes.update(type(layer).__name__ for layer in self.layers)
 
-    cache_utils.DynamicLayer.update = timed_update
+    cache_utils.Cache.update = timed_update
     try:
         started = time.perf_counter()
         call()
-        return {"appends_call_s": time.perf_counter() - started, "cache_append_s": spent[0]}
+        return {"appends_call_s": time.perf_counter() - started, "cache_append_s": spent[0],
+                "cache_layers": sorted(layer_classes)}
     finally:
-        cache_utils.DynamicLayer.update = appending
+        cache_utils.Cache.update = storing
+
+
+@contextlib.contextmanager
+def prefill_timer(engine):
+    """The CPU seconds the torch engine spends in its prefills (`HFEngine._prefill`, one forward over the
+    left-padded prompts) while the block runs: the rest of a generate call is its decode steps."""
+    spent = [0.0]
+    prefill = engine._prefill
+
+    def timed_prefill(*args, **kwargs):
+        started = time.process_time()
+        try:
+            return prefill(*args, **kwargs)
+        finally:
+            spent[0] += time.process_time() - started
+
+    engine._prefill = timed_prefill
+    try:
+        yield spent
+    finally:
+        del engine._prefill
+
+
+def decode_products(shape: LlamaShape, rows: int, seconds: float = 1.0) -> float:
+    """GFLOP/s per CPU second of the decoder's linear layers on `rows` rows, as one decode step of that many
+    sequences runs them: every layer's q, k, v, o, gate, up and down products in turn, each layer with weights of
+    its own, so that each weight comes from memory as in the model. What a decode step would reach if it were
+    only its products."""
+    import torch
+    from torch.nn.functional import linear
+
+    queries, keys = shape.heads * shape.width_per_head, shape.kv_heads * shape.width_per_head
+    products = [(shape.hidden, queries), (shape.hidden, keys), (shape.hidden, keys), (queries, shape.hidden),
+                (shape.hidden, shape.intermediate), (shape.hidden, shape.intermediate),
+                (shape.intermediate, shape.hidden)]
+    weights = [torch.randn(out, width) for _ in range(shape.layers) for width, out in products]
+    inputs = {width: torch.randn(rows, width) for width, _ in products}
+
+    def step():
+        for weight in weights:
+            linear(inputs[weight.shape[1]], weight)
+
+    step()
+    steps, started = 0, time.process_time()
+    while time.process_time() - started < seconds:
+        step()
+        steps += 1
+    return 2 * rows * sum(w.numel() for w in weights) * steps / (time.process_time() - started) / 1e9
 
 
 def timed(call):
@@ -231,7 +285,8 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
 
     cfg, tokenizer, engine, params, chosen, requests = rollout_call(config, rows)
     trainer = Trainer(resolve(cfg))
-    _, generate_s, generate_cpu_s = timed(lambda: engine.generate(requests, params))
+    with prefill_timer(engine) as prefill_cpu_s:
+        _, generate_s, generate_cpu_s = timed(lambda: engine.generate(requests, params))
     appending = cache_appends(lambda: engine.generate(requests, params))
     with profile(activities=[ProfilerActivity.CPU]) as generate_profile:
         generations, profiled_generate_s, _ = timed(lambda: engine.generate(requests, params))
@@ -254,10 +309,32 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
     return {"samples": count, "prompt_tokens": prompt, "completion_tokens": completion,
             "generate": {"s": generate_s, "cpu_s": generate_cpu_s, "profiled_s": profiled_generate_s, **appending,
                          "flops": count * shape.generate_flops(prompt, completion),
+                         "prefill_cpu_s": prefill_cpu_s[0], "prefill_flops": count * shape.generate_flops(prompt, 0),
+                         "decode_products_gflops": decode_products(shape, count),
                          **top_entries(generate_profile, top)},
             "step": {"s": step_s, "cpu_s": step_cpu_s, "profiled_s": profiled_step_s, "flops": count * shape.train_flops(prompt, completion),
                      **top_entries(step_profile, top)},
             "threads": torch.get_num_threads()}
+
+
+def profile_fractions(profile: dict, peaks: list[float]) -> dict:
+    """Per profiled call: its wall and CPU seconds, the seconds its KV cache spent storing, and its FLOPs per CPU
+    second as a fraction of the best peak (`--profile-only`)."""
+    peak = max(peaks)
+    return {"peaks": peaks, "load": list(os.getloadavg()), **{
+        name: {"s": call["s"], "cpu_s": call["cpu_s"], "cache_append_s": call.get("cache_append_s"),
+               "cpu_of_peak": call["flops"] / call["cpu_s"] / 1e9 / peak, "wall_of_peak": call["flops"] / call["s"] / 1e9 / peak}
+        for name, call in (("generate", profile["generate"]), ("step", profile["step"]))},
+        "generate_phases": {phase: rate / peak for phase, rate in generate_phases(profile["generate"]).items()}}
+
+
+def generate_phases(call: dict) -> dict[str, float]:
+    """GFLOP/s per CPU second of a profiled generate call's prefill and of its decode steps (the rest of the call),
+    and of the decoder's products alone at the decode's rows (`decode_products`)."""
+    decode_s = call["cpu_s"] - call["prefill_cpu_s"]
+    return {"prefill": call["prefill_flops"] / call["prefill_cpu_s"] / 1e9,
+            "decode": (call["flops"] - call["prefill_flops"]) / decode_s / 1e9,
+            "decode_products": call["decode_products_gflops"]}
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -359,16 +436,32 @@ def render(saved: dict, command: str) -> dict[str, str]:
         f"{profile['samples']} samples ({PROMPTS} prompts × {SAMPLES}, prompts of "
         f"{fmt(profile['prompt_tokens'], 0)} tokens, {fmt(profile['completion_tokens'], 1)} new tokens on average) "
         "and one optimizer step on them, each after an unprofiled warm-up call; the top entries by self CPU time.",
-        call_line("Generate call", profile["generate"]), entries(profile["generate"]),
-        f"Timed without the profiler in another call ({fmt(appends['appends_call_s'], 2)} s), transformers' "
-        f"`DynamicCache` spent {fmt(appends['cache_append_s'], 2)} s "
-        f"({appends['cache_append_s'] / appends['appends_call_s']:.0%}) appending each forward's keys and values to "
-        "each layer's cache (`DynamicLayer.update`, a `torch.cat` that copies the layer's whole cache): the profiler's "
-        "own overhead inflates its `aten::cat` entries above.",
+        call_line("Generate call", profile["generate"]), phases_line(profile, peak), entries(profile["generate"]),
+        f"Timed without the profiler in another call ({fmt(appends['appends_call_s'], 2)} s), the KV cache "
+        f"({', '.join(f'`{name}`' for name in appends.get('cache_layers', ['DynamicLayer']))} per layer) spent "
+        f"{fmt(appends['cache_append_s'], 2)} s ({appends['cache_append_s'] / appends['appends_call_s']:.0%}) "
+        "storing each forward's keys and values (`Cache.update`): the profiler's own overhead inflates its small "
+        "operators' entries above.",
         vllm_line(saved.get("vllm"), shape, peak),
         call_line("Optimizer step", profile["step"]), entries(profile["step"]),
     ])
     return {"medium-setup": setup, "medium-modes": modes, "medium-peak": peak_text, "medium-profile": profile_text}
+
+
+def phases_line(profile: dict, peak: float) -> str:
+    call = profile["generate"]
+    if "prefill_cpu_s" not in call:
+        return "The call's prefill and decode steps were not timed apart."
+    rates = generate_phases(call)
+    return (f"Of its CPU time, the prefill (one forward over the {profile['samples']} left-padded prompts) took "
+            f"{fmt(call['prefill_cpu_s'], 2)} s for {fmt(call['prefill_flops'] / 1e9, 1)} GFLOP: "
+            f"**{fmt(rates['prefill'] / peak, 2)} of the peak**; the decode steps took "
+            f"{fmt(call['cpu_s'] - call['prefill_cpu_s'], 2)} s for "
+            f"{fmt((call['flops'] - call['prefill_flops']) / 1e9, 1)} GFLOP: **{fmt(rates['decode'] / peak, 2)} of the "
+            f"peak**. The decoder's linear products alone on {profile['samples']} rows, every layer's weights in turn "
+            f"as a decode step reads them, ran at {fmt(rates['decode_products'], 1)} GFLOP/s per CPU second = "
+            f"{fmt(rates['decode_products'] / peak, 2)} of the peak: a ceiling for decode steps of this many rows, "
+            "whose counted FLOPs are nearly all these products.")
 
 
 def vllm_line(vllm: dict | None, shape: LlamaShape, peak: float) -> str:
@@ -399,6 +492,9 @@ def main() -> int:
     parser.add_argument("--vllm-python", default=None,
                         help="A Python with vLLM's CPU build (`make venv-vllm`: .venv-vllm/bin/python): the profiled "
                         "generate call is also timed on vLLM's engine. Default: not measured.")
+    parser.add_argument("--profile-only", action="store_true",
+                        help="Only the peak and the profiled calls, without the mode runs: print their figures as one "
+                        "JSON line and leave docs/benchmarks.md alone.")
     parser.add_argument("--vllm-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.vllm_child is not None:
@@ -432,6 +528,10 @@ def main() -> int:
         print(f"medium: peak {peaks[-1]:.1f} GFLOP/s; profiling", flush=True)
         profile = profile_calls(config, rows, shape, args.top)
         print(f"medium: generate {profile['generate']['s']:.2f} s, step {profile['step']['s']:.2f} s", flush=True)
+        if args.profile_only:
+            peaks.append(matmul_peak(MATMUL_SIZE))
+            print(json.dumps(profile_fractions(profile, peaks)))
+            return 0
         vllm = run_vllm(args.vllm_python, out) if args.vllm_python else None
         if vllm is not None:
             print(f"medium: vLLM {vllm}", flush=True)

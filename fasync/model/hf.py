@@ -24,19 +24,20 @@ class HFCausalLM(nn.Module):
         self._cache_argument = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
 
     def new_cache(self, batch_size: int, max_len: int):
-        from transformers import DynamicCache
+        """A cache with room for `max_len` positions, written in place (`fasync.model.hf_cache`)."""
+        from fasync.model.hf_cache import preallocated_cache
 
-        return DynamicCache(config=self.lm.config)
+        return preallocated_cache(self.lm.config, max_len)
 
     def cache_layers(self, cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer, the keys and values [B, H, T, D] of the positions filled so far."""
         return [(layer.keys, layer.values) for layer in cache.layers]
 
     def cache_from_layers(self, layers: list[tuple[torch.Tensor, torch.Tensor]], max_len: int):
-        """A cache holding these keys and values (a DynamicCache grows, so `max_len` needs no room)."""
+        """A cache holding these keys and values, with room for `max_len` positions."""
         cache = self.new_cache(layers[0][0].shape[0], max_len)
         for index, (keys, values) in enumerate(layers):
-            cache.update(keys.contiguous(), values.contiguous(), index)
+            cache.update(keys, values, index)
         return cache
 
     def decoder_layers(self) -> nn.ModuleList:
