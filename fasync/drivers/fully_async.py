@@ -16,12 +16,15 @@ puts them back (`Rollouter.restore`).
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+from functools import cached_property
+
 import ray
 
 from fasync import staleness
 from fasync.checkpoint.run import ModeCheckpoint
 from fasync.drivers.common import Run
-from fasync.drivers.generation import RolloutBatch
 from fasync.drivers.loop import DriverLoop, Stopwatch
 from fasync.drivers.weight_sync import PendingSync
 from fasync.errors import ActorFailed, ConfigurationError, RunFault, describe_failure
@@ -30,7 +33,8 @@ from fasync.launch.actors import RolloutActor
 from fasync.launch.faults import POLL_S
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.steps import trained_samples
-from fasync.rollout.rollouter import RolloutState
+from fasync.rollout.groups import PromptGroup
+from fasync.rollout.rollouter import DrainSummary, RolloutState
 from fasync.wire import pack, unpack
 
 
@@ -78,7 +82,7 @@ class FullyAsyncDriver(DriverLoop):
                 batch, state = self.drain(drain)
             records = run.train_batch(drain, batch, {"trainer_wait_s": wait.seconds})
             self.reports.append(self.rollouter.report_trained.remote(
-                [group.group_id for group in batch.groups], len(batch.samples), trained_samples(records)))
+                batch.group_ids, batch.figures.num_samples, trained_samples(records)))
             with Stopwatch() as sync:
                 if staleness.syncs_after(drain, self.interval):
                     self.sync()
@@ -91,21 +95,26 @@ class FullyAsyncDriver(DriverLoop):
         self.save_last_checkpoint()
         self.finish()
 
-    def drain(self, drain: int) -> tuple[RolloutBatch, RolloutState]:
+    def drain(self, drain: int) -> tuple[Drain, RolloutState]:
         """`rollout.batch_size` groups fresh enough to train on at the current version, and the rollouter's
         state right after they were taken.
 
         The next drain's groups are asked for as soon as this one's are in, so that the round trip to the
         rollouter overlaps training; the rollouter checks them for staleness at the version that drain
         will train at, and they count as queued until then."""
-        count = self.run.cfg.rollout.batch_size
-        request = self.prefetched or self.rollouter.take.remote(count, staleness.train_version(drain, self.interval))
-        groups, state = unpack(self._wait(request, "the queue (the rollouter's take)"))
-        if len(groups) < count:
+        summary_ref, samples_ref = self.prefetched or self._take(drain)
+        summary, state = unpack(self._wait(summary_ref, "the queue (the rollouter's take)"))
+        if len(summary.groups) < self.run.cfg.rollout.batch_size:
             raise RolloutStopped("the rollouter stopped before the run was finished")
-        self.prefetched = self.rollouter.take.remote(count, staleness.train_version(drain + 1, self.interval))
+        self.prefetched = self._take(drain + 1)
         kill_point("prefetch")
-        return RolloutBatch(groups, generate_time_s=0.0, rounds=None), state
+        return Drain(summary, samples_ref), state
+
+    def _take(self, drain: int) -> tuple:
+        """The rollouter's two objects for drain `drain` (`Rollouter.drain`): its summary with the rollouter's
+        state, and its samples."""
+        return self.rollouter.drain.options(num_returns=2).remote(
+            self.run.cfg.rollout.batch_size, staleness.train_version(drain, self.interval))
 
     def sync(self) -> None:
         """Start pushing the new version; the trainer goes on with the next drain meanwhile (on the `ipc` and
@@ -186,6 +195,39 @@ class FullyAsyncDriver(DriverLoop):
                     pass
         if self.rollouter is not None:
             ray.kill(self.rollouter)
+
+
+class Drain:
+    """A drain as the driver holds it: its `DrainSummary`, and a reference to its samples, which the rollouter
+    stored as their own object and the trainer's call fetches (`trainer_samples`). The driver reads them only
+    where something asks for its `groups` (samples.jsonl, the --verbose display)."""
+
+    generate_time_s = 0.0
+    """The engines' time is the rollouter's to add up (`add_rollouter_figures`)."""
+    rounds = None
+    """fully_async streams: no sampling rounds."""
+
+    def __init__(self, summary: DrainSummary, samples_ref):
+        self.summary = summary
+        self.trainer_samples = samples_ref
+        self.drops = Counter()
+        """The rollouter counts its drops (`add_rollouter_figures`)."""
+
+    @property
+    def figures(self):
+        return self.summary.figures
+
+    @property
+    def group_ids(self) -> list:
+        return [group.group_id for group in self.summary.groups]
+
+    @cached_property
+    def groups(self) -> list[PromptGroup]:
+        """The groups with their samples, fetched from the object store."""
+        by_group: dict = {}
+        for sample in unpack(ray.get(self.trainer_samples)):
+            by_group.setdefault(sample.group_id, []).append(sample)
+        return [replace(group, samples=by_group.get(group.group_id, [])) for group in self.summary.groups]
 
 
 def add_rollouter_figures(records: list[dict], state: RolloutState, seen: RolloutState) -> None:

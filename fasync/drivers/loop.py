@@ -88,7 +88,8 @@ class DriverLoop:
         run.write(records, weight_sync_time_s, self.ledger)
         if records:
             last = records[-1]
-            run.samples.after_rollout(run.step, last["rollout"], last["weight_version"], batch.groups)
+            if run.samples.due(run.step):  # a fully_async drain's groups are fetched only where they are read
+                run.samples.after_rollout(run.step, last["rollout"], last["weight_version"], batch.groups)
             if run.progress.verbose:
                 for latest in sample_rows(batch.groups, 1, run.step - 1, last["rollout"], last["weight_version"]):
                     run.progress.sample(latest)

@@ -216,6 +216,10 @@ class TrainerGroup:
         ray.get([rank.setup.remote(init_method) for rank in self.ranks])
 
     def train_rollout(self, samples, current_version: int) -> list[dict]:
+        """`samples`: a list, or a reference to the list `pack`ed (a fully_async drain, which the rollouter
+        returned as its own object: each rank's call fetches it, and the driver never reads it)."""
+        if isinstance(samples, ray.ObjectRef):
+            return self._on_every_rank("train_rollout", "train call", samples, current_version)[0]
         payload = pack(samples)
         # One rank takes the bytes inline with the call; through the object store the same call costs
         # about 4 ms more. Several ranks share one stored copy instead of one copy per call.

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from fasync import staleness
 from fasync.errors import ActorFailed, NothingToTrain, describe_failure
 from fasync.killpoints import kill_point
+from fasync.metrics.batch import BatchFigures
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed
@@ -65,6 +66,21 @@ class RolloutState:
     """Seconds the engines spent in generate calls, or holding streamed requests (summed over the engines)."""
     resumed_groups: int = 0
     """Groups a weight sync interrupted that went on from their prefix under the new weights."""
+
+
+@dataclass(frozen=True)
+class DrainSummary:
+    """A drain as the driver reads it: what its step records, the ledger and samples.jsonl need, without the
+    samples, which go to the trainer as their own object."""
+
+    groups: list[PromptGroup]
+    """The groups with no requests and no samples: their ids, prompts and labels."""
+    figures: BatchFigures
+
+    @classmethod
+    def of(cls, groups: list[PromptGroup]) -> "DrainSummary":
+        return cls([PromptGroup(group.group_id, group.prompt, group.label, requests=[], prompt_index=group.prompt_index)
+                    for group in groups], BatchFigures.of(groups))
 
 
 class Rollouter:
@@ -371,6 +387,17 @@ class Rollouter:
         (fewer only at shutdown), and the `RolloutState` right after taking them: `(groups, state)`, `pack`ed.
 
         Groups too stale for `train_version` are dropped (or regenerated) here, without being sent."""
+        fresh = await self._take_fresh(count, train_version)
+        return pack((fresh, self.state()))
+
+    async def drain(self, count: int, train_version: int) -> tuple[bytes, bytes]:
+        """`take` as the driver asks for it, in two objects (the call asks Ray for `num_returns=2`): the
+        `DrainSummary` of the groups and the `RolloutState` after taking them, `(summary, state)` `pack`ed, which
+        the driver reads; and the groups' samples, `pack`ed, which it hands to the trainer unread."""
+        fresh = await self._take_fresh(count, train_version)
+        return pack((DrainSummary.of(fresh), self.state())), pack([sample for group in fresh for sample in group.samples])
+
+    async def _take_fresh(self, count: int, train_version: int) -> list[PromptGroup]:
         bound = self.cfg.async_.max_weight_staleness
         fresh: list[PromptGroup] = []
         while len(fresh) < count:
@@ -385,7 +412,7 @@ class Rollouter:
                 else:
                     fresh.append(group)
             self._changed.set()
-        return pack((fresh, self.state()))
+        return fresh
 
     def report_trained(self, group_ids: list[GroupId], taken: int, trained: int) -> None:
         """The trainer trained on `trained` of the `taken` samples of the drain of `group_ids` (the rest were
