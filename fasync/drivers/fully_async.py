@@ -57,7 +57,7 @@ class FullyAsyncDriver(DriverLoop):
         """The next drain's `take`, asked for as soon as this drain's groups are in."""
         self.pending_sync: PendingSync | None = None
         self.reports: list = []
-        """`report_trained` calls not yet known to have run."""
+        """`report_trained_with_journal` calls whose journal entries are not yet written."""
         self.seen = RolloutState()
         """The rollouter's state at the previous drain: its totals become per-drain figures."""
 
@@ -81,7 +81,7 @@ class FullyAsyncDriver(DriverLoop):
             with Stopwatch() as wait:
                 batch, state = self.drain(drain)
             records = run.train_batch(drain, batch, {"trainer_wait_s": wait.seconds})
-            self.reports.append(self.rollouter.report_trained.remote(
+            self.reports.append(self.rollouter.report_trained_with_journal.remote(
                 batch.group_ids, batch.figures.num_samples, trained_samples(records)))
             with Stopwatch() as sync:
                 if staleness.syncs_after(drain, self.interval):
@@ -89,7 +89,7 @@ class FullyAsyncDriver(DriverLoop):
             self.ledger = state.ledger
             add_rollouter_figures(records, state, self.seen)
             self.seen = state
-            run.journal.write(self._wait(self.rollouter.take_journal.remote(), "the rollouter's journal"))
+            self._write_reports(keep=1)
             if self.end_rollout(records, sync.seconds, batch):
                 break
         self.save_last_checkpoint()
@@ -135,21 +135,24 @@ class FullyAsyncDriver(DriverLoop):
         the engines hold the trainer's version and the ledger counts every drain trained). The `last` one leaves
         generation paused: nothing is drawn after the cursor the run's last checkpoint records."""
         self.finish_sync()
-        self._wait_for_reports()
+        self._write_reports()
         snapshot = unpack(self._wait(self.rollouter.snapshot.remote(last), "the rollouter's snapshot"))
         self.ledger = Ledger.from_dict(snapshot["ledger"])
         return ModeCheckpoint(self.ledger, {"rollouter": snapshot}, journal=snapshot.pop("journal"),
                               engine_rngs=snapshot["engine_rngs"], draws=snapshot["factory"]["draws"])
 
-    def _wait_for_reports(self) -> None:
-        self.run.watchdog.get(self.reports, ["the rollouter's ledger report"] * len(self.reports))
-        self.reports = []
+    def _write_reports(self, keep: int = 0) -> None:
+        """Wait for the trained reports but the last `keep`, and write the journal entries they took, in order. The
+        drain just trained keeps its report running while the next one trains: nothing waits for its round trip."""
+        done, self.reports = self.reports[:len(self.reports) - keep], self.reports[len(self.reports) - keep:]
+        for entries in self.run.watchdog.get(done, ["the rollouter's ledger report"] * len(done)):
+            self.run.journal.write(entries)
 
     def finish(self) -> None:
         """Stop generating and take the final ledger once every engine loop has ended; groups still
         in the queue stay counted as queued."""
         self.finish_sync()
-        self._wait_for_reports()
+        self._write_reports()
         self.run.watchdog.get([self.rollouter.stop.remote()], ["the rollouter's stop"])
         self.ledger = self.run.watchdog.get([self.running], ["the rollouter's last generate calls"])[0]
         self.running = None

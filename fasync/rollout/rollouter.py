@@ -419,6 +419,11 @@ class Rollouter:
         trimmed)."""
         self.ledger.train(taken, trained, [self.waiting.pop(group_id) for group_id in group_ids])
 
+    def report_trained_with_journal(self, group_ids: list[GroupId], taken: int, trained: int) -> list[dict]:
+        """`report_trained`, then `take_journal`: the driver's one call per drain after training it."""
+        self.report_trained(group_ids, taken, trained)
+        return self.take_journal()
+
     def take_journal(self) -> list[dict]:
         """The ledger's journal entries since the last call (the driver appends them to ledger.jsonl)."""
         return self.ledger.take_journal()
