@@ -1,7 +1,8 @@
 """fully_async: a rollouter streams prompt groups into a bounded queue; the trainer drains them.
 
-The queue and the sample ledger live in the rollouter actor, and one call per drain brings the
-groups together with the rollouter's state (`RolloutState`) that the drain's records report.
+The queue and the sample ledger live in the rollouter actor. One call per drain (`Rollouter.drain`) returns two
+objects: the drain's summary with the rollouter's state (`RolloutState`), which the drain's records report, and
+its samples, which the driver passes to the trainer's call as a reference without reading them (`Drain`).
 
 Each drain takes exactly `rollout.batch_size` groups, trains `num_steps_per_rollout`
 optimizer steps on them (one by default: see docs/fully-async.md) and, every

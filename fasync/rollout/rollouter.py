@@ -23,8 +23,9 @@ cache in it, loads and resumes, and the requests go on under the new weights.
 
 The queue and the run's sample ledger live in this actor, where the samples are:
 a delivery is a local put, the trainer's drain is one call that drops the groups
-too stale for the version it trains at and returns the rest with a copy of the
-ledger, and the trainer reports back what it trained.
+too stale for the version it trains at and returns the rest (a summary with a copy
+of the ledger for the driver, the samples as their own object for the trainer),
+and the driver reports back what it trained.
 
 Every group not yet trained or dropped is held by id, in flight or waiting (queued, or taken by a drain
 and not yet reported trained), so that `snapshot` can save them for a checkpoint and `restore` can put them
