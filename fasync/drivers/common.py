@@ -116,6 +116,12 @@ class Run:
         return self.records.of_rollout(rollout, self.weights.version, self.weights.clock, batch, steps,
                                        time.monotonic() - start, extra)
 
+    def settle_heaps(self, *others) -> None:
+        """Have the engines, the trainer's ranks and the `others` actors settle their heaps (`fasync.heap.settle`),
+        without waiting: each does it before its next call."""
+        for actor in [*self.engines, *self.trainer.ranks, *others]:
+            actor.settle_heap.remote()
+
     def write(self, records: list[dict], weight_sync_time_s: float, ledger: Ledger) -> None:
         """Write a rollout's (drain's) step records and the ledger's journal."""
         self.log.write(records, weight_sync_time_s, ledger)  # raises TooManyBadSteps at train.max_bad_steps

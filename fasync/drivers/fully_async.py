@@ -117,6 +117,9 @@ class FullyAsyncDriver(DriverLoop):
         return self.rollouter.drain.options(num_returns=2).remote(
             self.run.cfg.rollout.batch_size, staleness.train_version(drain, self.interval))
 
+    def settle_heaps(self) -> None:
+        self.run.settle_heaps(self.rollouter)
+
     def sync(self) -> None:
         """Start pushing the new version; the trainer goes on with the next drain meanwhile (on the `ipc` and
         `nccl` transports once its ranks have sent it: the engines take it while the rollouter holds

@@ -11,6 +11,7 @@ import os
 
 import ray
 
+from fasync import heap
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import Resolved, ResourcePlan
 from fasync.rollout.rollouter import Rollouter
@@ -46,6 +47,9 @@ class EngineActor:
     def generate(self, requests: bytes, params, token_budget: int | None = None) -> bytes:
         """`pack`ed requests in, `pack`ed generations out."""
         return pack(self.engine.generate(unpack(requests), params, token_budget))
+
+    def settle_heap(self) -> None:
+        heap.settle()
 
     # `submit` in `control` too: it reaches a streaming engine while `take_ended` waits in the default group.
     @ray.method(concurrency_group="control")
@@ -147,6 +151,9 @@ class TrainerActor:
 
     def train_rollout(self, samples: bytes, current_version: int):
         return self.trainer.train_rollout(unpack(samples), current_version)
+
+    def settle_heap(self) -> None:
+        heap.settle()
 
     def rollout_state_dict(self):
         return self.trainer.rollout_state_dict()

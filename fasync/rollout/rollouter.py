@@ -41,7 +41,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from fasync import staleness
+from fasync import heap, staleness
 from fasync.errors import ActorFailed, NothingToTrain, describe_failure
 from fasync.killpoints import kill_point
 from fasync.metrics.batch import BatchFigures
@@ -424,6 +424,9 @@ class Rollouter:
         """`report_trained`, then `take_journal`: the driver's one call per drain after training it."""
         self.report_trained(group_ids, taken, trained)
         return self.take_journal()
+
+    def settle_heap(self) -> None:
+        heap.settle()
 
     def take_journal(self) -> list[dict]:
         """The ledger's journal entries since the last call (the driver appends them to ledger.jsonl)."""
