@@ -1,9 +1,9 @@
 """The garbage collector in a run's long-lived actors.
 
-CPython's full collection walks every object the process holds. An actor that imported torch holds hundreds of
-thousands of them, so each full collection took about 0.1 s, and a trainer, an engine or a rollouter ran several
-of them in a quickstart run: about a tenth of the trainer's CPU per drain (docs/benchmarks.md). `settle` leaves
-what an actor allocated to get started out of every later collection.
+CPython's older generations are collected by walking every object in them, and an actor that imported torch holds
+hundreds of thousands. In a quickstart fully_async run, collections took more than a tenth of the trainer's CPU
+per drain, and about as much of the engine's (docs/benchmarks.md). `settle` leaves what an actor allocated to get
+started out of every later collection.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from fasync.errors import ActorFailed, ConfigurationError, RunFault, describe_fa
 from fasync.killpoints import kill_point
 from fasync.launch.actors import RolloutActor
 from fasync.launch.faults import POLL_S
+from fasync.metrics.batch import BatchFigures
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.steps import trained_samples
 from fasync.rollout.groups import PromptGroup
@@ -221,7 +222,7 @@ class Drain:
         """The rollouter counts its drops (`add_rollouter_figures`)."""
 
     @property
-    def figures(self):
+    def figures(self) -> BatchFigures:
         return self.summary.figures
 
     @property
