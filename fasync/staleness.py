@@ -14,6 +14,7 @@ Pure Python with no heavy imports: `fasync check` and `fasync simulate` use it a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -21,6 +22,30 @@ from typing import Optional
 def staleness(current_version: int, oldest_version: int) -> int:
     """Versions between the trainer's weights and the oldest weights that produced a token of a sample."""
     return current_version - oldest_version
+
+
+@dataclass(frozen=True)
+class VersionSpan:
+    """The oldest and the newest weight versions behind a sample's trained tokens (equal unless a partial
+    rollout went on under new weights)."""
+
+    oldest: int
+    newest: int
+
+    @property
+    def width(self) -> int:
+        return self.newest - self.oldest
+
+
+def version_stats(spans: Sequence[VersionSpan]) -> dict:
+    """How many weight versions a batch mixes, and how much of it partial rollouts stitched together, from each
+    sample's span."""
+    widths = [span.width for span in spans]
+    return {
+        "version_diversity": len({span.oldest for span in spans}),
+        "partial_ratio": sum(width > 0 for width in widths) / max(len(widths), 1),
+        "max_partial_span": max(widths, default=0),
+    }
 
 
 def too_stale(current_version: int, oldest_version: int, bound: Optional[int]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ray
 
@@ -24,6 +25,9 @@ from fasync.metrics.trackers import open_trackers
 from fasync.metrics.writer import MetricsWriter
 from fasync.rollout.groups import GroupFactory
 from fasync.weights.transport import check_transport, transport_of
+
+if TYPE_CHECKING:
+    from fasync.drivers.fully_async import Drain
 
 
 class Run:
@@ -103,13 +107,20 @@ class Run:
         self.weights.wait_until_ready()
         self.watchdog.arm()
 
-    def train_batch(self, rollout: int, batch: RolloutBatch, extra: dict | None = None) -> list[dict]:
+    def train_batch(self, rollout: int, batch: RolloutBatch | Drain, extra: dict | None = None) -> list[dict]:
         """Train on one rollout (or drain) at the current version; returns its step records, not yet written.
-        The ledger is the driver's to update: its samples may be elsewhere."""
+        The ledger is the driver's to update: its samples may be elsewhere (a fully_async `Drain`'s are in the
+        object store, and reach only the trainer)."""
         start = time.monotonic()
-        steps = self.trainer.train_rollout(batch.samples, self.weights.version)
+        steps = self.trainer.train_rollout(batch.trainer_samples, self.weights.version)
         return self.records.of_rollout(rollout, self.weights.version, self.weights.clock, batch, steps,
                                        time.monotonic() - start, extra)
+
+    def settle_heaps(self, *others) -> None:
+        """Have the engines, the trainer's ranks and the `others` actors settle their heaps (`fasync.heap.settle`),
+        without waiting: each does it before its next call."""
+        for actor in [*self.engines, *self.trainer.ranks, *others]:
+            actor.settle_heap.remote()
 
     def write(self, records: list[dict], weight_sync_time_s: float, ledger: Ledger) -> None:
         """Write a rollout's (drain's) step records and the ledger's journal."""

@@ -1,7 +1,8 @@
 """fully_async: a rollouter streams prompt groups into a bounded queue; the trainer drains them.
 
-The queue and the sample ledger live in the rollouter actor, and one call per drain brings the
-groups together with the rollouter's state (`RolloutState`) that the drain's records report.
+The queue and the sample ledger live in the rollouter actor. One call per drain (`Rollouter.drain`) returns two
+objects: the drain's summary with the rollouter's state (`RolloutState`), which the drain's records report, and
+its samples, which the driver passes to the trainer's call as a reference without reading them (`Drain`).
 
 Each drain takes exactly `rollout.batch_size` groups, trains `num_steps_per_rollout`
 optimizer steps on them (one by default: see docs/fully-async.md) and, every
@@ -16,21 +17,26 @@ puts them back (`Rollouter.restore`).
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+from functools import cached_property
+
 import ray
 
 from fasync import staleness
 from fasync.checkpoint.run import ModeCheckpoint
 from fasync.drivers.common import Run
-from fasync.drivers.generation import RolloutBatch
 from fasync.drivers.loop import DriverLoop, Stopwatch
 from fasync.drivers.weight_sync import PendingSync
 from fasync.errors import ActorFailed, ConfigurationError, RunFault, describe_failure
 from fasync.killpoints import kill_point
 from fasync.launch.actors import RolloutActor
 from fasync.launch.faults import POLL_S
+from fasync.metrics.batch import BatchFigures
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.steps import trained_samples
-from fasync.rollout.rollouter import RolloutState
+from fasync.rollout.groups import PromptGroup
+from fasync.rollout.rollouter import DrainSummary, RolloutState
 from fasync.wire import pack, unpack
 
 
@@ -53,7 +59,7 @@ class FullyAsyncDriver(DriverLoop):
         """The next drain's `take`, asked for as soon as this drain's groups are in."""
         self.pending_sync: PendingSync | None = None
         self.reports: list = []
-        """`report_trained` calls not yet known to have run."""
+        """`report_trained_with_journal` calls whose journal entries are not yet written."""
         self.seen = RolloutState()
         """The rollouter's state at the previous drain: its totals become per-drain figures."""
 
@@ -77,35 +83,43 @@ class FullyAsyncDriver(DriverLoop):
             with Stopwatch() as wait:
                 batch, state = self.drain(drain)
             records = run.train_batch(drain, batch, {"trainer_wait_s": wait.seconds})
-            self.reports.append(self.rollouter.report_trained.remote(
-                [group.group_id for group in batch.groups], len(batch.samples), trained_samples(records)))
+            self.reports.append(self.rollouter.report_trained_with_journal.remote(
+                batch.group_ids, batch.figures.num_samples, trained_samples(records)))
             with Stopwatch() as sync:
                 if staleness.syncs_after(drain, self.interval):
                     self.sync()
             self.ledger = state.ledger
             add_rollouter_figures(records, state, self.seen)
             self.seen = state
-            run.journal.write(self._wait(self.rollouter.take_journal.remote(), "the rollouter's journal"))
+            self._write_reports(keep=1)
             if self.end_rollout(records, sync.seconds, batch):
                 break
         self.save_last_checkpoint()
         self.finish()
 
-    def drain(self, drain: int) -> tuple[RolloutBatch, RolloutState]:
+    def drain(self, drain: int) -> tuple[Drain, RolloutState]:
         """`rollout.batch_size` groups fresh enough to train on at the current version, and the rollouter's
         state right after they were taken.
 
         The next drain's groups are asked for as soon as this one's are in, so that the round trip to the
         rollouter overlaps training; the rollouter checks them for staleness at the version that drain
         will train at, and they count as queued until then."""
-        count = self.run.cfg.rollout.batch_size
-        request = self.prefetched or self.rollouter.take.remote(count, staleness.train_version(drain, self.interval))
-        groups, state = unpack(self._wait(request, "the queue (the rollouter's take)"))
-        if len(groups) < count:
+        summary_ref, samples_ref = self.prefetched or self._take(drain)
+        summary, state = unpack(self._wait(summary_ref, "the queue (the rollouter's take)"))
+        if len(summary.groups) < self.run.cfg.rollout.batch_size:
             raise RolloutStopped("the rollouter stopped before the run was finished")
-        self.prefetched = self.rollouter.take.remote(count, staleness.train_version(drain + 1, self.interval))
+        self.prefetched = self._take(drain + 1)
         kill_point("prefetch")
-        return RolloutBatch(groups, generate_time_s=0.0, rounds=None), state
+        return Drain(summary, samples_ref), state
+
+    def _take(self, drain: int) -> tuple:
+        """The rollouter's two objects for drain `drain` (`Rollouter.drain`): its summary with the rollouter's
+        state, and its samples."""
+        return self.rollouter.drain.options(num_returns=2).remote(
+            self.run.cfg.rollout.batch_size, staleness.train_version(drain, self.interval))
+
+    def settle_heaps(self) -> None:
+        self.run.settle_heaps(self.rollouter)
 
     def sync(self) -> None:
         """Start pushing the new version; the trainer goes on with the next drain meanwhile (on the `ipc` and
@@ -126,21 +140,24 @@ class FullyAsyncDriver(DriverLoop):
         the engines hold the trainer's version and the ledger counts every drain trained). The `last` one leaves
         generation paused: nothing is drawn after the cursor the run's last checkpoint records."""
         self.finish_sync()
-        self._wait_for_reports()
+        self._write_reports()
         snapshot = unpack(self._wait(self.rollouter.snapshot.remote(last), "the rollouter's snapshot"))
         self.ledger = Ledger.from_dict(snapshot["ledger"])
         return ModeCheckpoint(self.ledger, {"rollouter": snapshot}, journal=snapshot.pop("journal"),
                               engine_rngs=snapshot["engine_rngs"], draws=snapshot["factory"]["draws"])
 
-    def _wait_for_reports(self) -> None:
-        self.run.watchdog.get(self.reports, ["the rollouter's ledger report"] * len(self.reports))
-        self.reports = []
+    def _write_reports(self, keep: int = 0) -> None:
+        """Wait for the trained reports but the last `keep`, and write the journal entries they took, in order. The
+        drain just trained keeps its report running while the next one trains: nothing waits for its round trip."""
+        done, self.reports = self.reports[:len(self.reports) - keep], self.reports[len(self.reports) - keep:]
+        for entries in self.run.watchdog.get(done, ["the rollouter's ledger report"] * len(done)):
+            self.run.journal.write(entries)
 
     def finish(self) -> None:
         """Stop generating and take the final ledger once every engine loop has ended; groups still
         in the queue stay counted as queued."""
         self.finish_sync()
-        self._wait_for_reports()
+        self._write_reports()
         self.run.watchdog.get([self.rollouter.stop.remote()], ["the rollouter's stop"])
         self.ledger = self.run.watchdog.get([self.running], ["the rollouter's last generate calls"])[0]
         self.running = None
@@ -186,6 +203,39 @@ class FullyAsyncDriver(DriverLoop):
                     pass
         if self.rollouter is not None:
             ray.kill(self.rollouter)
+
+
+class Drain:
+    """A drain as the driver holds it: its `DrainSummary`, and a reference to its samples, which the rollouter
+    stored as their own object and the trainer's call fetches (`trainer_samples`). The driver reads them only
+    where something asks for its `groups` (samples.jsonl, the --verbose display)."""
+
+    generate_time_s = 0.0
+    """The engines' time is the rollouter's to add up (`add_rollouter_figures`)."""
+    rounds = None
+    """fully_async streams: no sampling rounds."""
+
+    def __init__(self, summary: DrainSummary, samples_ref):
+        self.summary = summary
+        self.trainer_samples = samples_ref
+        self.drops = Counter()
+        """The rollouter counts its drops (`add_rollouter_figures`)."""
+
+    @property
+    def figures(self) -> BatchFigures:
+        return self.summary.figures
+
+    @property
+    def group_ids(self) -> list:
+        return [group.group_id for group in self.summary.groups]
+
+    @cached_property
+    def groups(self) -> list[PromptGroup]:
+        """The groups with their samples, fetched from the object store."""
+        by_group: dict = {}
+        for sample in unpack(ray.get(self.trainer_samples)):
+            by_group.setdefault(sample.group_id, []).append(sample)
+        return [replace(group, samples=by_group.get(group.group_id, [])) for group in self.summary.groups]
 
 
 def add_rollouter_figures(records: list[dict], state: RolloutState, seen: RolloutState) -> None:

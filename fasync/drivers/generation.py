@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fasync.config.schema import FasyncConfig
 from fasync.errors import NothingToTrain
 from fasync.launch.faults import Watchdog
+from fasync.metrics.batch import BatchFigures
 from fasync.metrics.ledger import Ledger
 from fasync.rollout.groups import GroupFactory, PromptGroup, zero_variance
 from fasync.wire import pack, unpack
@@ -44,6 +45,15 @@ class RolloutBatch:
     @property
     def samples(self):
         return [sample for group in self.groups for sample in group.samples]
+
+    @property
+    def trainer_samples(self):
+        """What the trainer's call takes: the samples (fully_async's `Drain`: a reference to them)."""
+        return self.samples
+
+    @property
+    def figures(self) -> BatchFigures:
+        return BatchFigures.of(self.groups)
 
 
 class EngineRollouts:

@@ -88,7 +88,10 @@ class DriverLoop:
         run.write(records, weight_sync_time_s, self.ledger)
         if records:
             last = records[-1]
-            run.samples.after_rollout(run.step, last["rollout"], last["weight_version"], batch.groups)
+            if last["rollout"] == run.start_rollout:  # once the actors have done their first work
+                self.settle_heaps()
+            if run.samples.due(run.step):  # a fully_async drain's groups are fetched only where they are read
+                run.samples.after_rollout(run.step, last["rollout"], last["weight_version"], batch.groups)
             if run.progress.verbose:
                 for latest in sample_rows(batch.groups, 1, run.step - 1, last["rollout"], last["weight_version"]):
                     run.progress.sample(latest)
@@ -96,6 +99,10 @@ class DriverLoop:
         if run.checkpoints.due(run.step):
             run.save_checkpoint("every", self.checkpoint_state())
         return run.should_stop()
+
+    def settle_heaps(self) -> None:
+        """The actors' heaps, settled once (`Run.settle_heaps`); a mode with actors of its own adds them."""
+        self.run.settle_heaps()
 
     def save_last_checkpoint(self) -> None:
         """The checkpoint at the end of the loop: "finished", or the outcome of the stop that ended it."""

@@ -11,6 +11,7 @@ import os
 
 import ray
 
+from fasync import heap
 from fasync.config.schema import FasyncConfig
 from fasync.launch.plan import Resolved, ResourcePlan
 from fasync.rollout.rollouter import Rollouter
@@ -46,6 +47,9 @@ class EngineActor:
     def generate(self, requests: bytes, params, token_budget: int | None = None) -> bytes:
         """`pack`ed requests in, `pack`ed generations out."""
         return pack(self.engine.generate(unpack(requests), params, token_budget))
+
+    def settle_heap(self) -> None:
+        heap.settle()
 
     # `submit` in `control` too: it reaches a streaming engine while `take_ended` waits in the default group.
     @ray.method(concurrency_group="control")
@@ -148,6 +152,9 @@ class TrainerActor:
     def train_rollout(self, samples: bytes, current_version: int):
         return self.trainer.train_rollout(unpack(samples), current_version)
 
+    def settle_heap(self) -> None:
+        heap.settle()
+
     def rollout_state_dict(self):
         return self.trainer.rollout_state_dict()
 
@@ -216,6 +223,10 @@ class TrainerGroup:
         ray.get([rank.setup.remote(init_method) for rank in self.ranks])
 
     def train_rollout(self, samples, current_version: int) -> list[dict]:
+        """`samples`: a list, or a reference to the list `pack`ed (a fully_async drain, which the rollouter
+        returned as its own object: each rank's call fetches it, and the driver never reads it)."""
+        if isinstance(samples, ray.ObjectRef):
+            return self._on_every_rank("train_rollout", "train call", samples, current_version)[0]
         payload = pack(samples)
         # One rank takes the bytes inline with the call; through the object store the same call costs
         # about 4 ms more. Several ranks share one stored copy instead of one copy per call.

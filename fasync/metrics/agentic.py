@@ -3,14 +3,24 @@ time, the masked share of their tokens, truncation and the weight versions each 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from fasync.staleness import VersionSpan
+
 TOOL_ERROR_KINDS = ("bad_call", "unknown_tool", "timeout", "exception", "crash", "output_limit", "forbidden", "other")
 """The kinds `agent/tool_errors_<kind>` counts: the multi-turn loop's and the python sandbox's
 (`fasync.rollout.tools`, `fasync.rollout.sandbox`); a `ToolError` of any other kind counts as `other`."""
 
 
-def agentic_stats(groups) -> dict:
-    """The `agent/*` values of a rollout's groups; none when its groups are not agentic (no outcomes)."""
-    pairs = [(sample, outcome) for group in groups for sample, outcome in zip(group.samples, group.outcomes)]
+def agentic_stats(groups, spans: Sequence[VersionSpan]) -> dict:
+    """The `agent/*` values of a rollout's groups, given each of their samples' `VersionSpan` in order; none when
+    its groups are not agentic (no outcomes)."""
+    pairs, spans_of_pairs, offset = [], [], 0
+    for group in groups:
+        paired = list(zip(group.samples, group.outcomes))
+        pairs += paired
+        spans_of_pairs += spans[offset:offset + len(paired)]
+        offset += len(group.samples)
     if not pairs:
         return {}
     stats = [outcome.stats for _, outcome in pairs]
@@ -20,7 +30,7 @@ def agentic_stats(groups) -> dict:
             errors[kind if kind in errors else "other"] += count
     tokens = sum(len(sample.output_ids) for sample, _ in pairs)
     masked = sum(not trained for sample, _ in pairs for trained in sample.trained)
-    spans = [sample.newest_version - sample.oldest_version for sample, _ in pairs]
+    spans = [span.width for span in spans_of_pairs]
     return {
         "agent/turns_mean": sum(s.turns for s in stats) / len(stats),
         "agent/turns_max": max(s.turns for s in stats),

@@ -56,9 +56,13 @@ class SampleLog:
         """Count the interval from optimizer `step` (0, or where a resumed run goes on)."""
         self._step = step
 
+    def due(self, step: int) -> bool:
+        """Whether `step` passed another multiple of `every` since the last write."""
+        return bool(self.every) and step // self.every > self._step // self.every
+
     def after_rollout(self, step: int, rollout: int, version: int, groups: Sequence) -> list[dict]:
         """The rollout's samples when `step` passed another multiple of `every`, written; else none."""
-        if not self.every or step // self.every <= self._step // self.every:
+        if not self.due(step):
             return []
         self._step = step
         rows = sample_rows(groups, self.count, step - 1, rollout, version)

@@ -12,7 +12,6 @@ import time
 from collections import deque
 
 from fasync.errors import TooManyBadSteps
-from fasync.metrics.agentic import agentic_stats
 from fasync.metrics.ledger import Ledger
 from fasync.metrics.progress import Progress
 from fasync.metrics.signal import LearningSignal
@@ -21,16 +20,6 @@ from fasync.staleness import VersionClock
 
 REWARD_WINDOW = 3
 """Rollouts averaged for `train.target_reward` early stopping."""
-
-
-def version_stats(samples) -> dict:
-    """How many weight versions a batch mixes, and how much of it partial rollouts stitched together."""
-    spans = [s.newest_version - s.oldest_version for s in samples]
-    return {
-        "version_diversity": len({s.oldest_version for s in samples}),
-        "partial_ratio": sum(span > 0 for span in spans) / max(len(spans), 1),
-        "max_partial_span": max(spans, default=0),
-    }
 
 
 def trained_samples(records: list[dict]) -> int:
@@ -48,10 +37,10 @@ class StepRecords:
     def of_rollout(self, rollout: int, version: int, clock: VersionClock, batch, steps: list[dict],
                    train_time: float, extra: dict | None = None) -> list[dict]:
         """The records of the trainer's `steps` on one rollout (or drain) `batch`, trained at `version` in
-        `train_time` seconds; counts the steps."""
-        samples = batch.samples
-        self.recent_rewards.append(sum(s.reward for s in samples) / max(len(samples), 1))
-        batch_stats = {**version_stats(samples), **agentic_stats(batch.groups)}
+        `train_time` seconds; counts the steps. What the records say about the batch as a whole comes from its
+        `figures` (`fasync.metrics.batch.BatchFigures`)."""
+        figures = batch.figures
+        self.recent_rewards.append(figures.reward_mean)
         records = []
         for index, step in enumerate(steps):
             record = {
@@ -65,7 +54,7 @@ class StepRecords:
                 "rollout_reward_mean": self.recent_rewards[-1],
                 **({} if batch.rounds is None else {"sampling_rounds": batch.rounds}),
                 **{f"dropped_{reason}": count for reason, count in batch.drops.items()},
-                **batch_stats,
+                **figures.stats,
                 **(extra or {}),
                 **step,
                 # The step's oldest sample came from version `weight_version − staleness_max`.

@@ -23,8 +23,9 @@ cache in it, loads and resumes, and the requests go on under the new weights.
 
 The queue and the run's sample ledger live in this actor, where the samples are:
 a delivery is a local put, the trainer's drain is one call that drops the groups
-too stale for the version it trains at and returns the rest with a copy of the
-ledger, and the trainer reports back what it trained.
+too stale for the version it trains at and returns the rest (a summary with a copy
+of the ledger for the driver, the samples as their own object for the trainer),
+and the driver reports back what it trained.
 
 Every group not yet trained or dropped is held by id, in flight or waiting (queued, or taken by a drain
 and not yet reported trained), so that `snapshot` can save them for a checkpoint and `restore` can put them
@@ -40,9 +41,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from fasync import staleness
+from fasync import heap, staleness
 from fasync.errors import ActorFailed, NothingToTrain, describe_failure
 from fasync.killpoints import kill_point
+from fasync.metrics.batch import BatchFigures
 from fasync.metrics.ledger import DropReason, Ledger
 from fasync.rollout.groups import PromptGroup, zero_variance
 from fasync.rollout.queue import GroupQueue, QueueClosed
@@ -65,6 +67,21 @@ class RolloutState:
     """Seconds the engines spent in generate calls, or holding streamed requests (summed over the engines)."""
     resumed_groups: int = 0
     """Groups a weight sync interrupted that went on from their prefix under the new weights."""
+
+
+@dataclass(frozen=True)
+class DrainSummary:
+    """A drain as the driver reads it: what its step records, the ledger and samples.jsonl need, without the
+    samples, which go to the trainer as their own object."""
+
+    groups: list[PromptGroup]
+    """The groups with no requests and no samples: their ids, prompts and labels."""
+    figures: BatchFigures
+
+    @classmethod
+    def of(cls, groups: list[PromptGroup]) -> "DrainSummary":
+        return cls([PromptGroup(group.group_id, group.prompt, group.label, requests=[], prompt_index=group.prompt_index)
+                    for group in groups], BatchFigures.of(groups))
 
 
 class Rollouter:
@@ -371,6 +388,17 @@ class Rollouter:
         (fewer only at shutdown), and the `RolloutState` right after taking them: `(groups, state)`, `pack`ed.
 
         Groups too stale for `train_version` are dropped (or regenerated) here, without being sent."""
+        fresh = await self._take_fresh(count, train_version)
+        return pack((fresh, self.state()))
+
+    async def drain(self, count: int, train_version: int) -> tuple[bytes, bytes]:
+        """`take` as the driver asks for it, in two objects (the call asks Ray for `num_returns=2`): the
+        `DrainSummary` of the groups and the `RolloutState` after taking them, `(summary, state)` `pack`ed, which
+        the driver reads; and the groups' samples, `pack`ed, which it hands to the trainer unread."""
+        fresh = await self._take_fresh(count, train_version)
+        return pack((DrainSummary.of(fresh), self.state())), pack([sample for group in fresh for sample in group.samples])
+
+    async def _take_fresh(self, count: int, train_version: int) -> list[PromptGroup]:
         bound = self.cfg.async_.max_weight_staleness
         fresh: list[PromptGroup] = []
         while len(fresh) < count:
@@ -385,12 +413,20 @@ class Rollouter:
                 else:
                     fresh.append(group)
             self._changed.set()
-        return pack((fresh, self.state()))
+        return fresh
 
     def report_trained(self, group_ids: list[GroupId], taken: int, trained: int) -> None:
         """The trainer trained on `trained` of the `taken` samples of the drain of `group_ids` (the rest were
         trimmed)."""
         self.ledger.train(taken, trained, [self.waiting.pop(group_id) for group_id in group_ids])
+
+    def report_trained_with_journal(self, group_ids: list[GroupId], taken: int, trained: int) -> list[dict]:
+        """`report_trained`, then `take_journal`: the driver's one call per drain after training it."""
+        self.report_trained(group_ids, taken, trained)
+        return self.take_journal()
+
+    def settle_heap(self) -> None:
+        heap.settle()
 
     def take_journal(self) -> list[dict]:
         """The ledger's journal entries since the last call (the driver appends them to ledger.jsonl)."""

@@ -20,6 +20,8 @@ def trained_mask(loss_mask: list[bool], length: int) -> list[bool]:
 
 def trained_versions(token_versions: list[int], loss_mask: list[bool]) -> list[int]:
     """The weight versions of the tokens the loss trains on (all of them where none is trained)."""
+    if not loss_mask:  # a single-turn completion: every token is trained
+        return token_versions
     trained = [v for v, keep in zip(token_versions, trained_mask(loss_mask, len(token_versions))) if keep]
     return trained or token_versions
 
@@ -97,13 +99,20 @@ class Sample:
         return trained_mask(self.loss_mask, len(self.output_ids))
 
     @property
+    def version_span(self) -> staleness.VersionSpan:
+        """The oldest and newest weight versions behind its trained tokens: a batch's statistics take each
+        sample's once."""
+        versions = trained_versions(self.token_versions, self.loss_mask)
+        return staleness.VersionSpan(min(versions), max(versions))
+
+    @property
     def oldest_version(self) -> int:
         """The oldest weight version behind a trained token: what staleness and the policy lag count from."""
-        return min(trained_versions(self.token_versions, self.loss_mask))
+        return self.version_span.oldest
 
     @property
     def newest_version(self) -> int:
-        return max(trained_versions(self.token_versions, self.loss_mask))
+        return self.version_span.newest
 
     def staleness(self, current_version: int) -> int:
         """Versions between the trainer's weights and the oldest weights that produced any trained token."""

@@ -75,28 +75,38 @@ def collate(samples: list[Sample], pad_id: int, packed: bool = False) -> MicroBa
     collectives in them) stay paired; it contributes nothing to the loss."""
     rows = [samples] if packed or not samples else [[sample] for sample in samples]
     width = max([sum(len(s.prompt_ids) + len(s.output_ids) for s in row) for row in rows] + [1])
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    position_ids = torch.zeros(len(rows), width, dtype=torch.long)
     longest = max([len(s.output_ids) for s in samples] + [1])
-    completion_mask = torch.zeros(max(len(samples), 1), longest, dtype=torch.bool)
-    behaviour = torch.zeros(completion_mask.shape)
-    positions, targets, slots = [], [], []
+    # Gathered as flat lists and written with one indexed assignment per tensor: a few small tensor
+    # operations per sample would cost more than the rest of the collation.
+    token_places, tokens, token_positions = [], [], []
+    positions, targets, slots, trained, behaviour_logprobs = [], [], [], [], []
     sequence = 0
     for row, row_samples in enumerate(rows):
-        offset = 0
+        offset = row * width
         for sample in row_samples:
-            tokens = sample.prompt_ids + sample.output_ids
-            input_ids[row, offset:offset + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            position_ids[row, offset:offset + len(tokens)] = torch.arange(len(tokens))
+            sequence_tokens = sample.prompt_ids + sample.output_ids
+            token_places.extend(range(offset, offset + len(sequence_tokens)))
+            tokens.extend(sequence_tokens)
+            token_positions.extend(range(len(sequence_tokens)))
             completion = len(sample.output_ids)
-            first = row * width + offset + len(sample.prompt_ids) - 1
+            first = offset + len(sample.prompt_ids) - 1
             positions.extend(range(first, first + completion))
             targets.extend(sample.output_ids)
             slots.extend(range(sequence * longest, sequence * longest + completion))
-            completion_mask[sequence, :completion] = torch.tensor(sample.trained, dtype=torch.bool)
-            behaviour[sequence, :completion] = torch.tensor(sample.behaviour_logprobs, dtype=torch.float32)
-            offset += len(tokens)
+            trained.extend(sample.trained)
+            behaviour_logprobs.extend(sample.behaviour_logprobs)
+            offset += len(sequence_tokens)
             sequence += 1
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    position_ids = torch.zeros(len(rows), width, dtype=torch.long)
+    completion_mask = torch.zeros(max(len(samples), 1), longest, dtype=torch.bool)
+    behaviour = torch.zeros(completion_mask.shape)
+    places = torch.tensor(token_places, dtype=torch.long)
+    input_ids.view(-1)[places] = torch.tensor(tokens, dtype=torch.long)
+    position_ids.view(-1)[places] = torch.tensor(token_positions, dtype=torch.long)
+    completion_slots = torch.tensor(slots, dtype=torch.long)
+    completion_mask.view(-1)[completion_slots] = torch.tensor(trained, dtype=torch.bool)
+    behaviour.view(-1)[completion_slots] = torch.tensor(behaviour_logprobs, dtype=torch.float32)
     if not positions:
         # Score one padding entry, masked out, so that even an empty micro batch has a graph to run backward on.
         positions, targets, slots = [0], [pad_id], [0]
