@@ -383,20 +383,19 @@ class Rollouter:
 
     # -- control from the driver -----------------------------------------------------------------
 
-    async def take(self, count: int, train_version: int) -> bytes:
+    async def take(self, count: int, train_version: int) -> tuple[list[PromptGroup], RolloutState]:
         """The oldest `count` groups fresh enough to train on at `train_version`, once the queue holds them
-        (fewer only at shutdown), and the `RolloutState` right after taking them: `(groups, state)`, `pack`ed.
+        (fewer only at shutdown), and the `RolloutState` right after taking them.
 
         Groups too stale for `train_version` are dropped (or regenerated) here, without being sent."""
-        fresh = await self._take_fresh(count, train_version)
-        return pack((fresh, self.state()))
+        return await self._take_fresh(count, train_version), self.state()
 
     async def drain(self, count: int, train_version: int) -> tuple[bytes, bytes]:
         """`take` as the driver asks for it, in two objects (the call asks Ray for `num_returns=2`): the
         `DrainSummary` of the groups and the `RolloutState` after taking them, `(summary, state)` `pack`ed, which
         the driver reads; and the groups' samples, `pack`ed, which it hands to the trainer unread."""
-        fresh = await self._take_fresh(count, train_version)
-        return pack((DrainSummary.of(fresh), self.state())), pack([sample for group in fresh for sample in group.samples])
+        fresh, state = await self.take(count, train_version)
+        return pack((DrainSummary.of(fresh), state)), pack([sample for group in fresh for sample in group.samples])
 
     async def _take_fresh(self, count: int, train_version: int) -> list[PromptGroup]:
         bound = self.cfg.async_.max_weight_staleness

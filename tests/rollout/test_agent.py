@@ -134,7 +134,7 @@ def test_a_weight_sync_does_not_wait_for_a_tool_and_the_next_turn_uses_the_new_w
         # Every trajectory of the first group waits on its tool: the sync loads at once.
         await asyncio.wait_for(rollouter.update_weights([None], 1), timeout=5)
         gate["tool"].set()
-        groups, state = unpack(await rollouter.take(1, train_version=1))
+        groups, state = (await rollouter.take(1, train_version=1))
         await rollouter.stop()
         await running
         return groups, state
@@ -186,7 +186,7 @@ def resume_for_two_drains(cfg, engine, snapshot: dict, journal: list, version: i
         running = asyncio.create_task(second.run())
         taken = []
         for _ in range(2):
-            groups, _ = unpack(await second.take(cfg.rollout.batch_size, train_version=version))
+            groups, _ = (await second.take(cfg.rollout.batch_size, train_version=version))
             second.report_trained([g.group_id for g in groups], len(groups) * 2, len(groups) * 2)
             taken += groups
         await second.stop()

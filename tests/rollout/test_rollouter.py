@@ -101,7 +101,7 @@ def stream(partial: bool, tokens_per_call: int | None, drains: int = 6):
         running = asyncio.create_task(rollouter.run())
         taken = []
         for _ in range(drains):
-            groups, state = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=0))
+            groups, state = (await rollouter.take(cfg.rollout.batch_size, train_version=0))
             assert state.ledger.balanced and state.queue_size == rollouter.queue.size()
             taken += groups
         await rollouter.stop()
@@ -180,7 +180,7 @@ def test_streamed_groups_leave_as_they_finish_and_new_ones_join_while_others_gen
         running = asyncio.create_task(rollouter.run())
         taken = []
         for _ in range(6):
-            groups, state = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=0))
+            groups, state = (await rollouter.take(cfg.rollout.batch_size, train_version=0))
             assert state.ledger.balanced
             taken += groups
         await rollouter.stop()
@@ -212,7 +212,7 @@ def test_a_weight_sync_that_keeps_the_kv_cache_loads_with_the_streamed_requests_
         running = asyncio.create_task(rollouter.run())
         taken = []
         for drain in range(6):
-            groups, _ = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=drain))
+            groups, _ = (await rollouter.take(cfg.rollout.batch_size, train_version=drain))
             taken += groups
             assert await rollouter.update_weights([None], drain + 1) == [(drain + 1, None)]
         aborts = engine.aborts
@@ -241,7 +241,7 @@ def test_a_streamed_weight_sync_loads_only_an_idle_engine(partial):
         running = asyncio.create_task(rollouter.run())
         taken = []
         for drain in range(6):
-            groups, _ = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=drain))
+            groups, _ = (await rollouter.take(cfg.rollout.batch_size, train_version=drain))
             taken += groups
             await rollouter.update_weights([None], drain + 1)
         aborts = engine.aborts
@@ -310,10 +310,10 @@ def test_a_drain_drops_groups_too_stale_for_its_version_and_regenerates_them():
 
     async def body():
         running = asyncio.create_task(rollouter.run())
-        first, _ = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=0))
+        first, _ = (await rollouter.take(cfg.rollout.batch_size, train_version=0))
         await asyncio.sleep(0.01)  # admission fills two drains' worth at version 0
         await rollouter.update_weights([None], 2)
-        second, state = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=2))
+        second, state = (await rollouter.take(cfg.rollout.batch_size, train_version=2))
         await rollouter.stop()
         return first, second, state, await running
 
@@ -354,7 +354,7 @@ def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_th
 
     async def before_the_kill():
         running = asyncio.create_task(first.run())
-        groups, _ = unpack(await first.take(cfg.rollout.batch_size, train_version=0))
+        groups, _ = (await first.take(cfg.rollout.batch_size, train_version=0))
         first.report_trained([g.group_id for g in groups], len(groups) * N, len(groups) * N)
         while streaming and not any(req.output_ids for req in engine.held.values()):
             await asyncio.sleep(0)  # until the engine is part-way through what it holds
@@ -383,7 +383,7 @@ def test_a_snapshot_keeps_queued_and_in_flight_groups_and_a_restore_continues_th
         journal.extend(await second.restore(pack({**snapshot, "journal": []})))
         running = asyncio.create_task(second.run())
         for _ in range(4):
-            groups, _ = unpack(await second.take(cfg.rollout.batch_size, train_version=0))
+            groups, _ = (await second.take(cfg.rollout.batch_size, train_version=0))
             second.report_trained([g.group_id for g in groups], len(groups) * N, len(groups) * N)
         await second.stop()
         await running
@@ -420,7 +420,7 @@ def test_after_the_last_snapshot_no_prompt_is_drawn_beyond_its_cursor(streaming,
 
     async def body():
         running = asyncio.create_task(rollouter.run())
-        groups, _ = unpack(await rollouter.take(cfg.rollout.batch_size, train_version=0))
+        groups, _ = (await rollouter.take(cfg.rollout.batch_size, train_version=0))
         rollouter.report_trained([g.group_id for g in groups], len(groups) * N, len(groups) * N)
         snapshot = unpack(await rollouter.snapshot(last))
         rollouter.take_journal()

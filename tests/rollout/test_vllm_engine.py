@@ -408,7 +408,7 @@ def test_the_rollouter_streams_groups_through_a_weight_sync_and_a_checkpoint(set
         running = asyncio.create_task(first.run())
         taken = []
         for drain in range(2):
-            groups, _ = unpack(await first.take(2, train_version=drain))
+            groups, _ = (await first.take(2, train_version=drain))
             taken += groups
             first.report_trained([g.group_id for g in groups], 8, 8)
             if drain == 0:
@@ -441,7 +441,7 @@ def test_the_rollouter_streams_groups_through_a_weight_sync_and_a_checkpoint(set
             running = asyncio.create_task(second.run())
             resumed = []
             while not set(partial) <= {req.request_id for group in resumed for req in group.requests}:
-                groups, _ = unpack(await second.take(2, train_version=2))
+                groups, _ = (await second.take(2, train_version=2))
                 second.report_trained([g.group_id for g in groups], 8, 8)
                 resumed += groups
             await second.stop()
@@ -482,7 +482,7 @@ def test_the_rollouter_keeps_streamed_requests_in_the_engine_through_a_weight_sy
 
     async def through_a_sync():
         running = asyncio.create_task(rollouter.run())
-        groups, _ = unpack(await rollouter.take(2, train_version=0))
+        groups, _ = (await rollouter.take(2, train_version=0))
         rollouter.report_trained([g.group_id for g in groups], 8, 8)
         deadline = time.monotonic() + 60
         while max(held_tokens(engine).values(), default=0) < 2:
@@ -492,7 +492,7 @@ def test_the_rollouter_keeps_streamed_requests_in_the_engine_through_a_weight_sy
         assert [version for version, _ in served] == [1]
         taken = []
         for drain in range(1, 6):
-            groups, _ = unpack(await rollouter.take(2, train_version=drain))
+            groups, _ = (await rollouter.take(2, train_version=drain))
             rollouter.report_trained([g.group_id for g in groups], 8, 8)
             taken += groups
         await rollouter.stop()
