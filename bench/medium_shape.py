@@ -26,7 +26,6 @@ Writes the blocks `medium-setup`, `medium-modes`, `medium-peak` and `medium-prof
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -69,6 +68,7 @@ from fasync.bench.report import (  # noqa: E402
     write_block,
 )
 from fasync.bench.rewards import word_match  # noqa: E402
+from fasync.bench.timing import timed_method  # noqa: E402
 from fasync.metrics.measure import REWARD_WINDOW, last_per_rollout  # noqa: E402
 from fasync.modes import MODES  # noqa: E402
 
@@ -169,27 +169,6 @@ def cache_appends(call) -> dict:
         cache_utils.Cache.update = storing
 
 
-@contextlib.contextmanager
-def prefill_timer(engine):
-    """The CPU seconds the torch engine spends in its prefills (`HFEngine._prefill`, one forward over the
-    left-padded prompts) while the block runs: the rest of a generate call is its decode steps."""
-    spent = [0.0]
-    prefill = engine._prefill
-
-    def timed_prefill(*args, **kwargs):
-        started = time.process_time()
-        try:
-            return prefill(*args, **kwargs)
-        finally:
-            spent[0] += time.process_time() - started
-
-    engine._prefill = timed_prefill
-    try:
-        yield spent
-    finally:
-        del engine._prefill
-
-
 def decode_products(shape: LlamaShape, rows: int, seconds: float = 1.0) -> float:
     """GFLOP/s per CPU second of the decoder's linear layers on `rows` rows, as one decode step of that many
     sequences runs them: every layer's q, k, v, o, gate, up and down products in turn, each layer with weights of
@@ -285,7 +264,8 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
 
     cfg, tokenizer, engine, params, chosen, requests = rollout_call(config, rows)
     trainer = Trainer(resolve(cfg))
-    with prefill_timer(engine) as prefill_cpu_s:
+    # The prefill: one forward over the left-padded prompts; the rest of a generate call is its decode steps.
+    with timed_method(engine, "_prefill", time.process_time) as prefill_cpu_s:
         _, generate_s, generate_cpu_s = timed(lambda: engine.generate(requests, params))
     appending = cache_appends(lambda: engine.generate(requests, params))
     with profile(activities=[ProfilerActivity.CPU]) as generate_profile:

@@ -47,6 +47,7 @@ from fasync.bench.report import (  # noqa: E402
     table,
     write_block,
 )
+from fasync.bench.timing import timed_method  # noqa: E402
 from fasync.metrics.measure import REWARD_WINDOW  # noqa: E402
 from fasync.model.tokenizer import TASK_ALPHABET  # noqa: E402
 from fasync.modes import MODES  # noqa: E402
@@ -175,7 +176,6 @@ def run_trl(shape: Shape, model: Path, out: Path, steps: int, seed: int) -> None
 
     steps_file = (out / "steps.jsonl").open("w")
     rewards: list[float] = []
-    generating = [0.0]
 
     class Record(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -193,19 +193,10 @@ def run_trl(shape: Shape, model: Path, out: Path, steps: int, seed: int) -> None
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32),
                           reward_funcs=reward, args=GRPOConfig(**trl_settings(shape, out, steps, seed)),
                           train_dataset=dataset, processing_class=tokenizer, callbacks=[Record()])
-    generate = trainer._generate
-
-    def timed_generate(*args, **kwargs):
-        """TRL's generation (its prompts through the template, transformers' `generate`, the completions'
-        ids), timed for the step's record as fasync's engines time theirs."""
-        started = time.perf_counter()
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            generating[0] += time.perf_counter() - started
-
-    trainer._generate = timed_generate
-    trainer.train()
+    # TRL's generation (its prompts through the template, transformers' `generate`, the completions' ids), timed
+    # for the step's record as fasync's engines time theirs.
+    with timed_method(trainer, "_generate") as generating:
+        trainer.train()
 
 
 def fasync_overrides(mode: str, model: Path, steps: int, seed: int, shape: Shape = SMALL) -> list[str]:
