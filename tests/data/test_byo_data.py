@@ -130,6 +130,7 @@ def test_files_are_drawn_in_epochs_each_shuffled_and_a_resumed_cursor_draws_the_
     assert all(sorted(epoch) == list(range(10)) for epoch in epochs)  # each prompt once per epoch
     assert len({tuple(epoch) for epoch in epochs}) == 3  # a new order each epoch
     assert dataset.draw(13, 9, random.Random(99)) == draws[13:22]  # the cursor alone decides
+    assert dataset.draw(2, 3, random.Random(7)) == draws[2:5]  # back in an earlier epoch, its own order again
     replacement = build_dataset(DataConfig(path=str(path), task=None, sampling="replacement"))
     assert len(set(replacement.draw(0, 10, random.Random(0)))) < 10  # repeats within ten draws of ten (seeded)
     assert not replacement.epochs and build_dataset(DataConfig(task="reverse", sampling="epoch")).epochs
