@@ -27,7 +27,7 @@ from fasync.rollout.groups import GroupFactory
 from fasync.weights.transport import check_transport, transport_of
 
 if TYPE_CHECKING:
-    from fasync.drivers.fully_async import Drain
+    from fasync.drivers.drain import Drain
 
 
 class Run:
