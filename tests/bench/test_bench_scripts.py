@@ -175,7 +175,7 @@ def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async
     pytest.importorskip("transformers")
     bench = vllm_long_tail
     dataset = bench.LONG_TAIL.write_dataset(tmp_path / "long-tail.jsonl")
-    config = bench.base_config(tmp_path / "base.yaml", bench.write_model(tmp_path / "model"), dataset, 10)
+    config = bench.base_config(tmp_path / "base.yaml", bench.write_model(tmp_path / "model"), dataset, 10, 1e-3)
     scenario = bench.scenario(dataset, 10)
     for variant in scenario.variants:
         loaded = load_config(config, [*COMMON, *variant_overrides(scenario, variant, bench.EXAMPLES)])
@@ -186,7 +186,37 @@ def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async
         assert cfg.mode == variant.mode and cfg.rollout.engine == "vllm"
         assert derive(cfg).streams_requests == (variant.mode == "fully_async")
         assert derive(cfg).keeps_kv_at_sync == ("kept KV" in variant.label)
+        assert cfg.train.target_reward is None  # every run trains all its rollouts
     assert any("kept KV" in variant.label for variant in scenario.variants)
+
+
+def test_the_vllm_long_tail_warm_start_fits_the_answers_lengths(tmp_path):
+    """After the warm start the model ends short answers where the data does: the runs' lengths follow the data
+    from their first rollout, whatever each run's policy learns later."""
+    pytest.importorskip("transformers")
+    import torch
+    import transformers
+
+    from fasync.model.tokenizer import HFTokenizer
+
+    bench = vllm_long_tail
+    dataset = bench.LONG_TAIL.write_dataset(tmp_path / "long-tail.jsonl")
+    model = bench.write_model(tmp_path / "model")
+    losses = bench.warm_start(model, dataset, 301)
+    assert len(losses) == 4 and losses[-1] < losses[0] / 2
+    tokenizer, lm = HFTokenizer(str(model)), transformers.LlamaForCausalLM.from_pretrained(model)
+    short = [row for row in map(json.loads, dataset.read_text().splitlines())
+             if len(row["label"]) == bench.LONG_TAIL.short][:8]
+    for row in short:
+        prompt = torch.tensor([tokenizer.format_prompt(row["prompt"])])
+        out = lm.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_id)[0, prompt.shape[1]:]
+        assert out.tolist().index(tokenizer.eos_id) == bench.LONG_TAIL.short  # two digits, then </s>
+
+
+def test_the_vllm_step_cost_line_splits_a_step_into_its_fixed_and_per_request_parts():
+    line = vllm_long_tail.step_cost_line({1: 1.55, 8: 1.9, 64: 4.7})
+    assert "1.55 ms at 1 requests" in line and "4.70 ms at 64 requests" in line
+    assert "1.50 ms per step and 0.050 ms per request" in line  # (4.7 − 1.55) / 63 = 0.05; 1.55 − 0.05
 
 
 def test_the_startup_bench_compares_the_checkouts_and_shows_a_killed_run(monkeypatch):
