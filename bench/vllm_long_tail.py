@@ -26,7 +26,17 @@ from pathlib import Path
 import yaml
 
 from fasync.bench.modes import LONG_TAIL, Scenario, Variant, run_scenario
-from fasync.bench.report import comparison, measured, mode_table, overrides_list, phase_table, write_block
+from fasync.bench.report import (
+    comparison,
+    load_average,
+    load_sentence,
+    measured,
+    mode_table,
+    overrides_list,
+    parallel_capacity,
+    phase_table,
+    write_block,
+)
 from fasync.commands.train import run as train
 from fasync.report.markdown import fmt, table
 
@@ -185,17 +195,6 @@ def lengths(result) -> str:
                   f"last {LENGTH_WINDOW} steps"], rows)
 
 
-def machine_load(before: tuple[float, ...], after: tuple[float, ...]) -> str:
-    """The load average around the runs, and whether the figures were taken under load: other work on the
-    machine slows every variant, so the ratios between variants taken in turn stand better than the absolute
-    figures."""
-    cores = os.cpu_count() or 1
-    busy = max(before[0], after[0]) > cores
-    return (f"Load average {before[0]:.2f} before the runs and {after[0]:.2f} after (1 min), on {cores} cores: "
-            + ("**taken under load** (other work shared the cores); compare the variants with each other rather "
-               "than with figures taken on a quiet machine." if busy else "a quiet machine."))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2)
@@ -207,7 +206,7 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="Print only; leave docs/benchmarks.md alone.")
     args = parser.parse_args()
 
-    load_before = os.getloadavg()
+    load_before, capacity = list(os.getloadavg()), parallel_capacity()
     out = args.out or Path(tempfile.mkdtemp(prefix="fasync-bench-vllm-long-tail-"))
     model = write_model(out / "model")
     dataset = LONG_TAIL.write_dataset(out / "long-tail.jsonl")
@@ -226,7 +225,7 @@ def main() -> int:
     text = "\n\n".join([
         f"{measured(sys.argv)}; vLLM {vllm.__version__} (CPU build, eager, in-process engine core), one engine, one "
         f"thread each for generation and training, medians of {args.repeats} runs per variant taken in turn "
-        f"(range in brackets). {machine_load(load_before, os.getloadavg())}",
+        f"(range in brackets); {load_sentence(load_before, load_average(), capacity)}.",
         chosen.description,
         warm,
         step_cost_line(costs),
