@@ -103,3 +103,20 @@ def test_each_forward_writes_its_positions_into_the_room_allocated_once(model_di
 def test_a_model_with_sliding_window_layers_keeps_transformers_cache():
     config = transformers.MistralConfig(num_hidden_layers=2, sliding_window=8)
     assert type(preallocated_cache(config, 16)) is transformers.DynamicCache
+
+
+@pytest.mark.parametrize("params", PARAMS.values(), ids=PARAMS.keys())
+def test_a_prompts_samples_share_one_prefill_and_generate_as_if_each_had_its_own(model_dir, params):
+    """A prompt's samples (the same context in several rows) go through the prefill once and share its keys,
+    values and logits; each row then decodes and samples on its own, exactly as if it had been prefilled alone."""
+    shared, separate = engine_pair(model_dir)
+    separate._prefill = separate._prefill_rows  # every row through the model, as before the sharing
+    prompts = PROMPTS["similar lengths (one prefill, left-padded)"]
+    requests = [Generation(i, prompts[i % 3]) for i in range(7)]  # three prompts, two or three samples each
+    prefill_rows = []
+    hook = shared.model.register_forward_hook(lambda _module, args, _out: prefill_rows.append(args[0].shape[0]))
+    generated = [engine.generate(requests, params) for engine in (shared, separate)]
+    hook.remove()
+    assert prefill_rows[0] == 3 and set(prefill_rows[1:]) == {7}
+    assert_same(*generated)
+    assert len({tuple(g.output_ids) for g in generated[0] if g.prompt_ids == prompts[0]}) > 1 or params.temperature == 0
