@@ -289,7 +289,9 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
     return {"samples": count, "prompt_tokens": prompt, "completion_tokens": completion,
             "generate": {"s": generate_s, "cpu_s": generate_cpu_s, "profiled_s": profiled_generate_s, **appending,
                          "flops": count * shape.generate_flops(prompt, completion),
-                         "prefill_cpu_s": prefill_cpu_s[0], "prefill_flops": count * shape.generate_flops(prompt, 0),
+                         # The engine prefills each distinct prompt once for all its samples (HFEngine._prefill).
+                         "prefill_cpu_s": prefill_cpu_s[0], "prefill_flops": PROMPTS * shape.generate_flops(prompt, 0),
+                         "decode_flops": count * (shape.generate_flops(prompt, completion) - shape.generate_flops(prompt, 0)),
                          "decode_products_gflops": decode_products(shape, count),
                          **top_entries(generate_profile, top)},
             "step": {"s": step_s, "cpu_s": step_cpu_s, "profiled_s": profiled_step_s, "flops": count * shape.train_flops(prompt, completion),
@@ -313,7 +315,7 @@ def generate_phases(call: dict) -> dict[str, float]:
     and of the decoder's products alone at the decode's rows (`decode_products`)."""
     decode_s = call["cpu_s"] - call["prefill_cpu_s"]
     return {"prefill": call["prefill_flops"] / call["prefill_cpu_s"] / 1e9,
-            "decode": (call["flops"] - call["prefill_flops"]) / decode_s / 1e9,
+            "decode": call["decode_flops"] / decode_s / 1e9,
             "decode_products": call["decode_products_gflops"]}
 
 
@@ -433,11 +435,12 @@ def phases_line(profile: dict, peak: float) -> str:
     if "prefill_cpu_s" not in call:
         return "The call's prefill and decode steps were not timed apart."
     rates = generate_phases(call)
-    return (f"Of its CPU time, the prefill (one forward over the {profile['samples']} left-padded prompts) took "
+    return (f"Of its CPU time, the prefill (one forward over the {PROMPTS} distinct prompts, left-padded, whose keys, "
+            f"values and logits their {profile['samples'] // PROMPTS} samples each share) took "
             f"{fmt(call['prefill_cpu_s'], 2)} s for {fmt(call['prefill_flops'] / 1e9, 1)} GFLOP: "
             f"**{fmt(rates['prefill'] / peak, 2)} of the peak**; the decode steps took "
             f"{fmt(call['cpu_s'] - call['prefill_cpu_s'], 2)} s for "
-            f"{fmt((call['flops'] - call['prefill_flops']) / 1e9, 1)} GFLOP: **{fmt(rates['decode'] / peak, 2)} of the "
+            f"{fmt(call['decode_flops'] / 1e9, 1)} GFLOP: **{fmt(rates['decode'] / peak, 2)} of the "
             f"peak**. The decoder's linear products alone on {profile['samples']} rows, every layer's weights in turn "
             f"as a decode step reads them, ran at {fmt(rates['decode_products'], 1)} GFLOP/s per CPU second = "
             f"{fmt(rates['decode_products'] / peak, 2)} of the peak: a ceiling for decode steps of this many rows, "
