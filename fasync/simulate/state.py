@@ -110,24 +110,27 @@ def plan_call(groups: list[Group], budget: Optional[int], version: int, engine: 
     """A call over the groups' unfinished rows, each given at most `budget` tokens (None: to the end).
 
     A row the engine's prefix cache holds (it left the previous call unfinished, with no weight load
-    since) sends only its newest token through the model; any other row prefills its whole context."""
+    since) sends only its newest token through the model; any other row prefills its whole context, except
+    that the torch engine (`static`) prefills a new group's prompt once for all its rows (`HFEngine._prefill`)."""
     rows = steps = row_sum = prefill = 0
     for group in groups:
         cached = group.cached_on == (engine, loads) and group.progress > 0
         progress = group.progress
+        shared = static and progress == 0
         if group.lengths[0] == group.lengths[-1]:
             take = group.lengths[0] - progress if budget is None else min(group.lengths[0] - progress, budget)
             count = group.size
             rows += count
             steps = max(steps, take)
             row_sum += take * count
-            prefill += count if cached else count * (group.prompt + progress)
+            prefill += count if cached else group.prompt if shared else count * (group.prompt + progress)
             continue
+        prefill += group.prompt if shared else 0
         for take in group.takes(budget):
             rows += 1
             steps = max(steps, take)
             row_sum += take
-            prefill += 1 if cached else group.prompt + progress
+            prefill += 0 if shared else 1 if cached else group.prompt + progress
     row_steps = rows * steps if static else row_sum
     duration = (costs.engine_call + costs.engine_prefill_token * prefill + costs.engine_step * steps
                 + costs.engine_row * row_steps)

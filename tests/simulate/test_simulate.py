@@ -180,12 +180,13 @@ def test_lengths_from_a_run_are_drawn_from_its_step_means():
 
 def test_static_batch_counts_finished_rows_and_continuous_does_not():
     # Rows of 2 and 6 tokens from a 3-token prompt: 6 decode steps either way; the static batch computes both
-    # rows in all 6 (12 row-steps), continuous batching 2 + 6 = 8; the prefill is 2 × 3 prompt tokens.
+    # rows in all 6 (12 row-steps), continuous batching 2 + 6 = 8. The static batch (the torch engine) prefills
+    # the group's prompt once for both rows, 3 tokens; continuous batching (vLLM) 2 × 3.
     costs = replace(STEPS_ONLY, engine_prefill_token=0.5, engine_row=0.25)
-    for static, row_steps in ((True, 12), (False, 8)):
+    for static, row_steps, prefill in ((True, 12, 3), (False, 8, 6)):
         call = plan_call([Group(0, 3, [2, 6])], None, 0, 0, 0, 0.0, costs, static)
-        assert (call.steps, call.row_steps, call.prefill_tokens) == (6, row_steps, 6)
-        assert call.duration == 6 * 0.5 + 6 * 1.0 + row_steps * 0.25
+        assert (call.steps, call.row_steps, call.prefill_tokens) == (6, row_steps, prefill)
+        assert call.duration == prefill * 0.5 + 6 * 1.0 + row_steps * 0.25
     # A 4-token slice, then the rest: the cached row sends only its newest token through the model.
     group = Group(0, 3, [2, 6])
     first = plan_call([group], 4, 0, 0, 0, 0.0, costs, True)
