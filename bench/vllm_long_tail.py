@@ -45,6 +45,9 @@ EXAMPLES = ROOT / "configs"
 LENGTH_WINDOW = 5
 """Rollouts averaged at each end of a run for the completion-length column."""
 STEP_ROWS = (1, 8, 64, 128)
+"""Batches of requests whose decode steps `decode_step_costs` times, `STEP_COUNT` steps each, best of `STEP_ATTEMPTS`."""
+STEP_COUNT = 20
+STEP_ATTEMPTS = 3
 WARM_START_LR = 3e-3
 WARM_START_BATCH = 64
 LOSS_WINDOW = 100
@@ -97,26 +100,24 @@ def warm_start(directory: Path, dataset: Path, steps: int, seed: int = 0) -> lis
     return losses
 
 
-def decode_step_costs(config: Path, rows: tuple[int, ...] = STEP_ROWS, steps: int = 20) -> dict[int, float]:
+def decode_step_costs(config: Path, rows: tuple[int, ...] = STEP_ROWS) -> dict[int, float]:
     """Milliseconds per decode step of vLLM's engine on the runs' model, at each batch of `rows` requests, in this
-    process on one thread (the runs' engine setup, `cpu_environment`): what a step costs beyond its rows is what
+    process on one thread, built as the runs build theirs (`VLLMEngine`): what a step costs beyond its rows is what
     a closed batch pays again for every step of its tail, which streaming shares among more requests."""
     import time
 
     from fasync.config.loader import load_config
-    from fasync.rollout.vllm_engine import cpu_environment
+    from fasync.rollout.vllm_engine import VLLMEngine
 
-    cfg = load_config(config, ["resources.rollout_threads=1"]).config
-    os.environ.update(cpu_environment(cfg), OMP_NUM_THREADS="1")
-    from vllm import LLM, SamplingParams, TokensPrompt
+    os.environ["OMP_NUM_THREADS"] = "1"
+    engine = VLLMEngine(load_config(config, ["resources.rollout_threads=1"]).config).llm.llm_engine
+    from vllm import SamplingParams, TokensPrompt
 
-    engine = LLM(model=cfg.model.path, dtype=cfg.model.dtype, seed=0, enforce_eager=True,
-                 distributed_executor_backend="uni").llm_engine
-    params = SamplingParams(max_tokens=steps + 1, ignore_eos=True, logprobs=0, detokenize=False)
+    params = SamplingParams(max_tokens=STEP_COUNT + 1, ignore_eos=True, logprobs=0, detokenize=False)
     costs = {}
     for count in rows:
         best = float("inf")
-        for attempt in range(3):  # the best of three: other work on the machine only slows a step down
+        for attempt in range(STEP_ATTEMPTS):  # the best: other work on the machine only slows a step down
             for index in range(count):
                 engine.add_request(f"{count}-{attempt}-{index}", TokensPrompt(prompt_token_ids=[1, 5 + index % 10]),
                                    params)
@@ -133,7 +134,7 @@ def decode_step_costs(config: Path, rows: tuple[int, ...] = STEP_ROWS, steps: in
 def step_cost_line(costs: dict[int, float]) -> str:
     fewest, most = min(costs), max(costs)
     per_row = (costs[most] - costs[fewest]) / (most - fewest)
-    return ("vLLM's decode step on this model, one thread, best of three batches of 20 steps: "
+    return (f"vLLM's decode step on this model, one thread, best of {STEP_ATTEMPTS} batches of {STEP_COUNT} steps: "
             + ", ".join(f"{costs[rows]:.2f} ms at {rows} requests" for rows in sorted(costs))
             + f"; about {costs[fewest] - fewest * per_row:.2f} ms per step and {per_row:.3f} ms per request in it.")
 
@@ -220,7 +221,7 @@ def main() -> int:
     warm = (f"Before the runs the model was fine-tuned for {args.warm_start} supervised steps ({WARM_START_BATCH} "
             f"answers each, followed by `</s>`, AdamW at {WARM_START_LR}; loss every {LOSS_WINDOW} steps: "
             f"{', '.join(f'{loss:.2f}' for loss in losses)}), so that its completions' lengths follow the data from "
-            "the first rollout; every run starts from those weights and trains at lr " f"{args.lr}."
+            f"the first rollout; every run starts from those weights and trains at lr {args.lr}."
             if args.warm_start else f"Every run starts from random weights and trains at lr {args.lr}.")
     text = "\n\n".join([
         f"{measured(sys.argv)}; vLLM {vllm.__version__} (CPU build, eager, in-process engine core), one engine, one "
