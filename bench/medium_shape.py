@@ -264,7 +264,7 @@ def profile_calls(config: Path, rows: list[dict], shape: LlamaShape, top: int) -
 
     cfg, tokenizer, engine, params, chosen, requests = rollout_call(config, rows)
     trainer = Trainer(resolve(cfg))
-    # The prefill: one forward over the left-padded prompts; the rest of a generate call is its decode steps.
+    # The prefill: one forward over the distinct left-padded prompts; the rest of a generate call is its decode steps.
     with timed_method(engine, "_prefill", time.process_time) as prefill_cpu_s:
         _, generate_s, generate_cpu_s = timed(lambda: engine.generate(requests, params))
     appending = cache_appends(lambda: engine.generate(requests, params))
