@@ -386,8 +386,12 @@ class AsyncConfig(Section):
         "a long completion does not keep a whole call decoding for it (continuous batching, for an engine without its "
         "own; the vLLM engine streams requests instead and ignores this). Null: calls run to completion.",
     )
-    stale_policy: Literal["drop", "regenerate"] = Field(
-        "drop", description="fully_async: what happens to a group that became too stale to train on."
+    stale_policy: Literal["drop", "regenerate", "wait"] = Field(
+        "drop",
+        description="fully_async: what happens to a group that became too stale to train on. `drop` forgets it; "
+        "`regenerate` generates its prompt again; `wait` keeps groups from going stale in flight: a drain waits for "
+        "the groups still generating that the next drain would find too stale (the longest completions, admitted at "
+        "the bound's edge), and drops what goes stale otherwise (at a resume).",
     )
 
 

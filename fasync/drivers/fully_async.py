@@ -111,7 +111,8 @@ class FullyAsyncDriver(DriverLoop):
         """The rollouter's two objects for drain `drain` (`Rollouter.drain`): its summary with the rollouter's
         state, and its samples."""
         return self.rollouter.drain.options(num_returns=2).remote(
-            self.run.cfg.rollout.batch_size, staleness.train_version(drain, self.interval))
+            self.run.cfg.rollout.batch_size, staleness.train_version(drain, self.interval),
+            staleness.train_version(drain + 1, self.interval))
 
     def settle_heaps(self) -> None:
         self.run.settle_heaps(self.rollouter)

@@ -30,6 +30,8 @@ class PromptGroup:
     its request's id; a checkpoint keeps them and a resumed run's trajectories go on from them."""
     reward_failure: str | None = None
     """Why the reward could not score one of its completions (`reward.on_error: drop`): the group is dropped."""
+    admitted_version: int | None = None
+    """fully_async: the engines' version when the rollouter admitted the group; no token of it is older."""
 
     @property
     def size(self) -> int:
@@ -56,6 +58,12 @@ class PromptGroup:
                     for req in self.requests]
         return min((v for req in requests if req.token_versions
                     for v in trained_versions(req.token_versions, req.loss_mask)), default=None)
+
+    def oldest_possible_version(self, current: int) -> int:
+        """In flight: the oldest version that produced, or may yet produce, one of its trained tokens: the version
+        it was admitted under, else (a group from an older checkpoint) its oldest token so far, else `current` (the
+        engines' versions only grow)."""
+        return next((v for v in (self.admitted_version, self.oldest_token_version) if v is not None), current)
 
 
 def sampling_params(cfg: FasyncConfig, stop_token_ids: tuple[int, ...]) -> SamplingParams:

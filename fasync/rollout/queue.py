@@ -41,13 +41,13 @@ class GroupQueue:
             heapq.heappush(self._items, (rank, next(self._order), item))
             self._changed.notify_all()
 
-    async def get(self, count: int, timeout: float | None = None) -> list:
-        """The first `count` items, waiting until there are that many; fewer only on timeout or shutdown."""
+    async def get(self, count: int, timeout: float | None = None, ready: Callable[[], bool] | None = None) -> list:
+        """The first `count` items, waiting until there are that many and `ready()` holds (re-read at every put and
+        `recheck`); fewer only on timeout or shutdown."""
         async with self._changed:
             try:
-                await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self._closed or len(self._items) >= count), timeout
-                )
+                await asyncio.wait_for(self._changed.wait_for(
+                    lambda: self._closed or (len(self._items) >= count and (ready is None or ready()))), timeout)
             except asyncio.TimeoutError:
                 pass
             taken = [heapq.heappop(self._items)[2] for _ in range(min(count, len(self._items)))]
@@ -60,6 +60,11 @@ class GroupQueue:
         for item in items:
             rank = self.priority(item) if self.priority is not None else 0
             heapq.heappush(self._items, (rank, next(self._order), item))
+
+    async def recheck(self) -> None:
+        """Wake a `get` to look at its `ready` again (what it waits for changed without a put)."""
+        async with self._changed:
+            self._changed.notify_all()
 
     def size(self) -> int:
         return len(self._items)

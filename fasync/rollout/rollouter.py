@@ -23,7 +23,8 @@ cache in it, loads and resumes, and the requests go on under the new weights.
 
 The queue and the run's sample ledger live in this actor, where the samples are:
 a delivery is a local put, the trainer's drain is one call that drops the groups
-too stale for the version it trains at and returns the rest (a summary with a copy
+too stale for the version it trains at (under `async.stale_policy: wait` it first
+waits for the groups in flight that would miss it and go stale) and returns the rest (a summary with a copy
 of the ledger for the driver, the samples as their own object for the trainer),
 and the driver reports back what it trained.
 
@@ -156,6 +157,8 @@ class Rollouter:
         while self._retry and len(groups) < count:
             groups.append(self.factory.again(self._retry.popleft()))
         groups += self.factory.new_groups(count - len(groups))
+        for group in groups:
+            group.admitted_version = self.version
         self.groups_admitted += len(groups)
         self.ledger.admit(sum(g.size for g in groups), groups)
         self.in_flight.update((g.group_id, g) for g in groups)
@@ -315,9 +318,11 @@ class Rollouter:
             await asyncio.get_running_loop().run_in_executor(None, self.factory.score, group)
         if group.reward_failure is not None:
             self._drop(group, "reward_failed")
+            await self.queue.recheck()  # a drain may have waited for it (`stale_policy: wait`)
             return
         if self.cfg.rollout.dynamic_sampling and zero_variance(group):
             self._drop(group, "zero_variance")
+            await self.queue.recheck()
             self.zero_variance_in_a_row += 1
             rounds = self.cfg.rollout.max_sampling_rounds
             if self.zero_variance_in_a_row >= rounds * self.cfg.rollout.batch_size:
@@ -328,6 +333,7 @@ class Rollouter:
         await self.queue.put(group)
         self.ledger.deliver(group.size, [group])
         self.waiting[group.group_id] = self.in_flight.pop(group.group_id)
+        await self.queue.recheck()  # a take waiting for it to leave `in_flight` (`stale_policy: wait`)
         self._changed.set()
 
     def _drop(self, group: PromptGroup, reason: DropReason) -> None:
@@ -383,25 +389,39 @@ class Rollouter:
 
     # -- control from the driver -----------------------------------------------------------------
 
-    async def take(self, count: int, train_version: int) -> tuple[list[PromptGroup], RolloutState]:
+    async def take(self, count: int, train_version: int,
+                   next_train_version: int | None = None) -> tuple[list[PromptGroup], RolloutState]:
         """The oldest `count` groups fresh enough to train on at `train_version`, once the queue holds them
         (fewer only at shutdown), and the `RolloutState` right after taking them.
 
-        Groups too stale for `train_version` are dropped (or regenerated) here, without being sent."""
-        return await self._take_fresh(count, train_version), self.state()
+        Groups too stale for `train_version` are dropped (or regenerated) here, without being sent. Under
+        `async.stale_policy: wait` the take also waits until no group still generating would be too stale for the
+        next drain, at `next_train_version`, while fresh enough for this one (`_would_go_stale`)."""
+        return await self._take_fresh(count, train_version, next_train_version), self.state()
 
-    async def drain(self, count: int, train_version: int) -> tuple[bytes, bytes]:
+    async def drain(self, count: int, train_version: int, next_train_version: int | None = None) -> tuple[bytes, bytes]:
         """`take` as the driver asks for it, in two objects (the call asks Ray for `num_returns=2`): the
         `DrainSummary` of the groups and the `RolloutState` after taking them, `(summary, state)` `pack`ed, which
         the driver reads; and the groups' samples, `pack`ed, which it hands to the trainer unread."""
-        fresh, state = await self.take(count, train_version)
+        fresh, state = await self.take(count, train_version, next_train_version)
         return pack((DrainSummary.of(fresh), state)), pack([sample for group in fresh for sample in group.samples])
 
-    async def _take_fresh(self, count: int, train_version: int) -> list[PromptGroup]:
+    def _would_go_stale(self, train_version: int, next_train_version: int) -> bool:
+        """Whether a group still generating is fresh enough for the drain at `train_version` and too stale for the
+        next, at `next_train_version`: admitted at the bound's edge, it misses its drain only by finishing after it
+        (a long completion among short ones), and the next would drop it."""
         bound = self.cfg.async_.max_weight_staleness
+        return any(not staleness.too_stale(train_version, oldest, bound)
+                   and staleness.too_stale(next_train_version, oldest, bound)
+                   for oldest in (group.oldest_possible_version(self.version) for group in self.in_flight.values()))
+
+    async def _take_fresh(self, count: int, train_version: int, next_train_version: int | None) -> list[PromptGroup]:
+        bound = self.cfg.async_.max_weight_staleness
+        waits = self.cfg.async_.stale_policy == "wait" and bound is not None and next_train_version is not None
+        ready = (lambda: not self._would_go_stale(train_version, next_train_version)) if waits else None
         fresh: list[PromptGroup] = []
         while len(fresh) < count:
-            groups = await self.queue.get(count - len(fresh))
+            groups = await self.queue.get(count - len(fresh), ready=ready)
             if not groups:
                 break  # the queue was shut down
             for group in groups:

@@ -9,7 +9,8 @@
 - fully_async: each engine loop admits groups (queue room, `max_concurrent_samples`, `may_generate` on the
   groups ahead), runs calls of at most `tokens_per_call` tokens, and puts finished groups in the queue,
   oldest version first; the trainer drains `rollout.batch_size` fresh groups, dropping (or regenerating)
-  those `too_stale` at its version, and asks for the next drain at once; a weight sync pauses every
+  those `too_stale` at its version (under `stale_policy: wait` once no group in flight would miss its drain and
+  go stale), and asks for the next drain at once; a weight sync pauses every
   engine, aborts the calls in flight (partial rollout, whole calls), lets sliced calls finish their
   slice or, without partial rollout, waits for the calls to end, loads, and resumes; a trainer that waited
   for that sync sends its next one after a round trip, when the engines have already resumed.
@@ -222,6 +223,8 @@ class FullyAsync:
         self.drain = 0
         self.request: Optional[int] = None
         """Groups the outstanding take waits for."""
+        self.request_drain = 0
+        """The drain the outstanding take is for."""
         self.taken: Optional[list[Group]] = None
         self.fresh: list[Group] = []
         self.trainer_waits: Optional[str] = None
@@ -263,6 +266,8 @@ class FullyAsync:
             groups.append(self.sim.work.again(self.retry.popleft(), self.sim.policy_steps(self.version)))
             self.sim.ledger.admit(self.n)
         groups += self.sim._admit(count - len(groups), self.version)
+        for group in groups:
+            group.admitted_version = self.version
         self.admitted += len(groups)
         self.in_flight_groups += len(groups)
         return groups
@@ -350,13 +355,14 @@ class FullyAsync:
 
     # -- the trainer -----------------------------------------------------------------------------
 
-    def take(self, count: int) -> None:
-        self.request = count
+    def take(self, count: int, drain: int) -> None:
+        self.request, self.request_drain = count, drain
         self.serve_take()
 
     def serve_take(self) -> None:
-        """`GroupQueue.get`: the outstanding take gets its groups, oldest version first, once there are enough."""
-        if self.request is None or len(self.queue) < self.request:
+        """`GroupQueue.get`: the outstanding take gets its groups, oldest version first, once there are enough (and,
+        under `stale_policy: wait`, once no group in flight would go stale by missing its drain)."""
+        if self.request is None or len(self.queue) < self.request or self.would_go_stale(self.request_drain):
             return
         self.taken = [heapq.heappop(self.queue)[2] for _ in range(self.request)]
         self.request = None
@@ -366,10 +372,19 @@ class FullyAsync:
             self.trainer_waits = None
             self.use_taken()
 
+    def would_go_stale(self, drain: int) -> bool:
+        """`Rollouter._would_go_stale` for the take of `drain`, under `stale_policy: wait`."""
+        if self.cfg.async_.stale_policy != "wait" or self.bound is None:
+            return False
+        now, later = train_version(drain, self.interval), train_version(drain + 1, self.interval)
+        return any(not too_stale(now, group.admitted_version, self.bound)
+                   and too_stale(later, group.admitted_version, self.bound)
+                   for active in self.active for group in active)
+
     def start_drain(self) -> None:
         self.fresh = []
         if self.taken is None and self.request is None:
-            self.take(self.batch)
+            self.take(self.batch, self.drain)
         if self.taken is not None:
             self.use_taken()
         else:
@@ -391,13 +406,13 @@ class FullyAsync:
             self.changed()
         self.fresh += [g for g, is_stale in zip(groups, stale) if not is_stale]
         if len(self.fresh) < self.batch:
-            self.take(self.batch - len(self.fresh))
+            self.take(self.batch - len(self.fresh), self.drain)
             if self.taken is not None:
                 self.use_taken()
             elif self.request is not None:
                 self.trainer_waits = "take"
             return
-        self.take(self.batch)  # the next drain's groups, asked for at once
+        self.take(self.batch, self.drain + 1)  # the next drain's groups, asked for at once
         generating = any(call is not None for call in self.calls)
         end, trained, steps = sim._train(self.fresh, self.trainer_version, self.now, sim._slowdown(generating))
         self.trainer_busy_until = end

@@ -36,6 +36,8 @@ class Group:
     progress: int = 0
     oldest_version: Optional[int] = None
     """Version of the weights that produced the group's first tokens."""
+    admitted_version: Optional[int] = None
+    """fully_async: the rollouter's version when it admitted the group (`PromptGroup.admitted_version`)."""
     newest_version: Optional[int] = None
     cached_on: Optional[tuple[int, int]] = None
     """(engine, loads) when the engine's prefix cache holds this group's unfinished contexts."""

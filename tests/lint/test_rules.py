@@ -219,6 +219,8 @@ def test_sliced_completions_outliving_the_bound_state_the_calls_and_the_fix(boun
     path = config_file(tmp_path, text.replace(f"tokens_per_call: {per_call}", "tokens_per_call: 24"))
     assert bound == 0 or findings(path, code="S008") == []
     assert findings(config_file(tmp_path, text), ["async.partial_rollout=false"], code="S008") == []
+    assert "`async.stale_policy: wait`" in diagnostic.help
+    assert findings(config_file(tmp_path, text), ["async.stale_policy=wait"], code="S008") == []
 
 
 @pytest.mark.parametrize("batch, samples_per_prompt, global_batch, trimmed, total, percent, steps", [

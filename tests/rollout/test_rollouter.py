@@ -441,3 +441,42 @@ def test_after_the_last_snapshot_no_prompt_is_drawn_beyond_its_cursor(streaming,
         assert drawn_after == []
     else:
         assert drawn_after and min(drawn_after) >= cursor
+
+
+@pytest.mark.parametrize("policy", ["drop", "wait"])
+def test_under_stale_policy_wait_a_drain_waits_for_a_group_in_flight_that_would_miss_it(policy):
+    """A long group admitted at version 0 is still generating when enough short groups of version 1 are queued for
+    the drain at version 1 (bound 1). The next drain, at version 2, would find it too stale: `drop` takes the
+    short ones and loses it there, `wait` waits for it and trains it now."""
+    cfg, engine, rollouter = rollouter_for(partial=True, tokens_per_call=None, streaming=True,
+                                           max_weight_staleness=1, stale_policy=policy, max_concurrent_samples=8 * N)
+
+    def finish(group, version):
+        group.requests = [replace(req, output_ids=[5], logprobs=[-1.0], token_versions=[version],
+                                  finish_reason="stop") for req in group.requests]
+        return group
+
+    async def body():
+        long, *short = rollouter._admit(5)
+        assert len(short) == 4 and {group.admitted_version for group in [long, *short]} == {0}
+        rollouter.version = 1  # a sync: the short groups generate under version 1
+        for group in short:
+            await rollouter._deliver(finish(group, 1))
+        take = asyncio.create_task(rollouter.take(4, 1, 2))
+        await asyncio.sleep(0.05)
+        taken_early = take.done()
+        await rollouter._deliver(finish(long, 0))
+        first, _ = await take
+        later = [] if policy == "wait" else (await asyncio.gather(
+            asyncio.wait_for(rollouter.take(1, 2, 3), 0.05), return_exceptions=True))
+        return taken_early, first, later
+
+    taken_early, first, later = asyncio.run(body())
+    stale = rollouter.ledger.dropped["stale"]
+    if policy == "wait":
+        assert not taken_early and first[0].oldest_version == 0  # waited, then took the oldest first
+        assert stale == 0
+    else:
+        assert taken_early and {group.oldest_version for group in first} == {1}
+        assert isinstance(later[0], asyncio.TimeoutError) and stale == N  # the long group, dropped at version 2
+    assert rollouter.ledger.balanced

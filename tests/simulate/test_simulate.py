@@ -204,11 +204,12 @@ VARIANTS = list(itertools.product(
     [(), ("async.partial_rollout=true",), ("async.partial_rollout=true", "async.tokens_per_call=3")],
     [("simulate.lengths={median: 6, sigma: 1.2}",), ("simulate.lengths=[2, 2, 2, 24]", "simulate.per=prompt")],
     [("resources.num_rollout_engines=1",), ("resources.num_rollout_engines=3", "async.update_weights_interval=2",
-                                           "async.stale_policy=regenerate")],
+                                           "async.stale_policy=regenerate"),
+     ("resources.num_rollout_engines=2", "async.stale_policy=wait")],
 ))
 
 
-@pytest.mark.parametrize("mode,bound,partial,lengths,engines", VARIANTS[::3])
+@pytest.mark.parametrize("mode,bound,partial,lengths,engines", VARIANTS[::4])  # every value of each axis
 def test_staleness_stays_within_the_bound_and_the_ledger_balances(mode, bound, partial, lengths, engines):
     cfg = load_config(QUICKSTART, [f"mode={mode}", f"async.max_weight_staleness={bound}", *partial, *lengths,
                                    *engines, "rollout.max_new_tokens=24", "train.num_rollouts=40",
@@ -237,6 +238,20 @@ def test_short_slices_drop_long_completions_as_stale(tokens_per_call, long_dropp
     by_length = simulate(cfg, slow_rows, build_lengths(cfg)).stale_dropped_by_length
     assert by_length["1-6"] == 0.0
     assert (by_length["19-24"] > 0.5) is long_dropped
+
+
+def test_under_stale_policy_wait_the_drains_wait_for_the_long_completions_instead():
+    """The first case above (6 calls of 4 tokens outlive a bound of 1) under `async.stale_policy: wait`: nothing is
+    dropped, and the run takes longer, its trainer waiting for the long groups."""
+    slow_rows = replace(Costs(), engine_row=Costs().engine_row * 8)
+    overrides = ["mode=fully_async", "async.max_weight_staleness=1", "async.partial_rollout=true",
+                 "async.tokens_per_call=4", "rollout.max_new_tokens=24", "simulate.lengths=[3, 3, 3, 3, 3, 3, 3, 3, 24]",
+                 "simulate.per=prompt", "train.num_rollouts=60"]
+    drop, wait = (simulate(cfg, slow_rows, build_lengths(cfg)) for cfg in (
+        load_config(QUICKSTART, overrides).config, load_config(QUICKSTART, [*overrides, "async.stale_policy=wait"]).config))
+    assert drop.ledger["dropped"].get("stale", 0) > 0
+    assert wait.ledger["dropped"].get("stale", 0) == 0 and wait.staleness_max <= 1 and wait.ledger_balanced
+    assert wait.rollouts == 60
 
 
 def test_pareto_front():

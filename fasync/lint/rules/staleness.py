@@ -256,17 +256,17 @@ def epochs_stretch_staleness(cfg, derived):
     summary="Sliced calls so short that the longest completions outlive the staleness bound.",
     what="Reports fully_async with partial rollout, `async.tokens_per_call` and `async.max_weight_staleness` "
     "set, where a completion of `rollout.max_new_tokens` takes more engine calls (max_new_tokens / "
-    "tokens_per_call, rounded up) than the bound allows versions.",
+    "tokens_per_call, rounded up) than the bound allows versions, unless `async.stale_policy` is `wait`.",
     why="A weight sync can fall between any two calls, and a finished group may wait in the queue through one "
     "more: a completion that takes m calls can reach staleness m before it is trained on. Beyond the bound "
     "its group is dropped (or regenerated, and may outlive the bound again), and the groups this hits are "
     "the ones with the longest completions, so training sees fewer long answers than the data holds: a "
     "length bias no metric but `dropped_stale` shows. Longer slices, or a bound of m, keep every completion "
-    "within reach.",
+    "within reach; `async.stale_policy: wait` makes the drain a late completion would miss wait for it.",
 )
 def sliced_completions_outlive_bound(cfg, derived):
     bound, per_call, longest = cfg.async_.max_weight_staleness, derived.tokens_per_call, cfg.rollout.max_new_tokens
-    if per_call is None or bound is None:
+    if per_call is None or bound is None or cfg.async_.stale_policy == "wait":
         return
     calls = -(-longest // per_call)
     if calls <= bound:
@@ -278,6 +278,7 @@ def sliced_completions_outlive_bound(cfg, derived):
     raise_bound += f" (a worst policy lag of {raised.steps_and_versions()}, against {derived.max_lag.steps_and_versions()} now)"
     fix = (f"set `async.tokens_per_call: {-(-longest // bound)}` or more (at most {bound} calls per completion), "
            f"or {raise_bound}" if bound > 0 else f"set {raise_bound}")
+    fix += ", or `async.stale_policy: wait` (a drain then waits for the completions that would miss it)"
     yield Finding(
         "async.tokens_per_call",
         f"a completion of `rollout.max_new_tokens` {longest} takes {plural(calls, 'call')} of "
