@@ -158,7 +158,7 @@ def test_async_never_trains_beyond_the_bound(ray_session, tmp_path, monkeypatch,
 # Bounds with N = 2 steps per drain: 3 optimizer steps, 7 with a sync every second drain.
 @pytest.mark.parametrize("partial, engines, stale_policy, tokens_per_call, interval", [
     (False, 1, "drop", None, 1), (True, 1, "drop", None, 1), (False, 2, "regenerate", None, 1),
-    (True, 2, "drop", 1, 1), (False, 1, "drop", None, 2)])
+    (True, 2, "drop", 1, 1), (True, 2, "wait", 1, 1), (False, 1, "drop", None, 2)])
 def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, monkeypatch, partial, engines,
                                                      stale_policy, tokens_per_call, interval):
     slow_trainer(monkeypatch, 0.5)
@@ -180,6 +180,8 @@ def test_fully_async_bound_holds_under_random_delays(ray_session, tmp_path, monk
     for key in ("queue_size", "trainer_wait_s", "rollouter_pause_s", "version_diversity", "partial_ratio",
                 "max_partial_span", "dropped_stale"):
         assert key in history[-1], key
+    if stale_policy == "wait":  # nothing went stale in flight
+        assert sum(r["dropped_stale"] for r in history if "dropped_stale" in r) == 0
     assert_ledger_balanced(driver)
 
 
