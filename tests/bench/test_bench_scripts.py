@@ -190,6 +190,44 @@ def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async
     assert any("kept KV" in variant.label for variant in scenario.variants)
 
 
+def test_the_vllm_medium_runs_are_configs_without_lint_errors_and_differ_in_what_a_sync_does(tmp_path):
+    from fasync.bench import medium
+    from fasync.bench.modes import COMMON, variant_overrides
+
+    pytest.importorskip("transformers")
+    bench = vllm_long_tail
+    config = medium.write_files(tmp_path, 3).config
+    scenario = bench.medium_scenario(3)
+    modes = {}
+    for variant in scenario.variants:
+        loaded = load_config(config, [*COMMON, *variant_overrides(scenario, variant, bench.EXAMPLES)])
+        assert loaded.config is not None, [d.message for d in loaded.diagnostics]
+        cfg = loaded.config
+        found, crashed = run_rules(cfg)
+        assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
+        assert cfg.rollout.engine == "vllm" and cfg.train.target_reward is None
+        modes[variant.label] = (cfg.mode, derive(cfg).streams_requests, derive(cfg).keeps_kv_at_sync)
+    assert sorted(modes.values()) == [("async", False, False), ("fully_async", True, False),
+                                      ("fully_async", True, True)]
+
+
+def test_the_vllm_interruptions_table_counts_resumed_groups_and_pauses_per_drain(tmp_path):
+    from fasync.bench.modes import ScenarioResult
+
+    scenario = vllm_long_tail.medium_scenario(2)
+    run_dirs = {}
+    for index, variant in enumerate(scenario.variants):
+        run = tmp_path / str(index)
+        run.mkdir()
+        rows = [{"step": drain, "rollout": drain, "wall_time": drain, "resumed_groups": 3 * drain, "rollouter_pause_s": 0.05}
+                for drain in range(4)]  # a running total of resumed groups: 9 after the 4th drain
+        (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        run_dirs[variant.label] = [run]
+    text = vllm_long_tail.interruptions(ScenarioResult(scenario, 0.5, [], run_dirs))
+    assert "| async | — | — |" in text
+    assert "| fully_async (partial rollout, kept KV, streamed) | 2.25 | 50.0 |" in text  # 9 / 4; 4 × 50 ms / 4
+
+
 def test_the_vllm_long_tail_warm_start_fits_the_answers_lengths(tmp_path):
     """After the warm start the model ends short answers where the data does: the runs' lengths follow the data
     from their first rollout, whatever each run's policy learns later."""
