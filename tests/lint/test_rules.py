@@ -223,6 +223,27 @@ def test_sliced_completions_outliving_the_bound_state_the_calls_and_the_fix(boun
     assert findings(config_file(tmp_path, text), ["async.stale_policy=wait"], code="S008") == []
 
 
+@pytest.mark.parametrize("overrides, fires", [
+    ([], True),
+    (["async.stale_policy=regenerate"], True),
+    (["async.stale_policy=wait"], False),
+    (["async.partial_rollout=false"], False),  # a sync waits for the requests: nothing goes past the bound in flight
+    (["rollout.engine=hf"], False),  # calls, not streamed requests: S008 states the sliced case
+    (["async.max_weight_staleness=null"], False),  # nothing is ever too stale (S003)
+])
+def test_streamed_stale_drops_are_stated_as_a_length_bias_unless_the_drains_wait(tmp_path, overrides, fires):
+    text = ("mode: fully_async\nmodel:\n  path: /models/Qwen2.5-0.5B-Instruct\nrollout:\n  engine: vllm\n"
+            "correction:\n  level: token\n"
+            "async:\n  max_weight_staleness: 2\n  partial_rollout: true\n")
+    found = findings(config_file(tmp_path, text), overrides, code="S010")
+    assert bool(found) is fires
+    if fires:
+        (diagnostic,) = found
+        assert diagnostic.key == "async.stale_policy" and "longest completions" in diagnostic.message
+        assert ("regenerated" if overrides else "dropped") in diagnostic.message
+        assert "`async.stale_policy: wait`" in diagnostic.help
+
+
 @pytest.mark.parametrize("batch, samples_per_prompt, global_batch, trimmed, total, percent, steps", [
     (32, 8, 192, 64, 256, "25.0", 1),
     (30, 8, 64, 48, 240, "20.0", 3),

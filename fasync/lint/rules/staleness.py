@@ -288,3 +288,32 @@ def sliced_completions_outlive_bound(cfg, derived):
         "data holds",
         fix,
     )
+
+
+@rule(
+    "S010", "streamed-stale-drops-favour-short", Severity.INFO,
+    summary="Streamed requests with partial rollout drop mostly long completions as stale.",
+    what="Reports fully_async with the vLLM engine's streamed requests, partial rollout and a staleness bound, "
+    "where `async.stale_policy` is not `wait`.",
+    why="Admission runs as far ahead as the bound allows, so a group is often admitted for a drain at the bound's "
+    "edge. A group whose completions are longer than its neighbours' is still generating when that drain is taken, "
+    "goes into the next one, one version past the bound, and is dropped (or regenerated, and may miss again). The "
+    "groups this hits are the long ones: on the vLLM long tail of docs/benchmarks.md nearly every long group was "
+    "dropped, and the trained completions drifted short of the data's lengths. Only `dropped_stale` and the "
+    "completion lengths show it. `async.stale_policy: wait` makes such a drain wait for the group.",
+)
+def streamed_stale_drops_favour_short(cfg, derived):
+    if not derived.streams_requests or not cfg.async_.partial_rollout or cfg.async_.max_weight_staleness is None:
+        return
+    if cfg.async_.stale_policy == "wait":
+        return
+    fate = "regenerated" if cfg.async_.stale_policy == "regenerate" else "dropped"
+    yield Finding(
+        "async.stale_policy",
+        f"`async.stale_policy` {cfg.async_.stale_policy} with streamed requests and partial rollout: a group "
+        "admitted at the edge of `async.max_weight_staleness` that finishes after its drain is taken goes one "
+        f"version past the bound and is {fate}. These are the groups with the longest completions, so training "
+        "sees fewer long answers than the data holds (watch `dropped_stale` beside the completion lengths)",
+        "set `async.stale_policy: wait`: a drain then waits for the groups still generating that the next one "
+        "would drop, and the engines keep generating meanwhile",
+    )
