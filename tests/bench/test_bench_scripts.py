@@ -169,20 +169,26 @@ def test_the_peer_bench_without_trl_says_how_to_install_it():
     assert "make venv-peer" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async_streams(tmp_path):
+def lint_clean_runs(config, scenario):
+    """Each variant's run of `scenario` on `config`, as the bench trains it: (variant, its config), every one loaded
+    and free of lint errors."""
     from fasync.bench.modes import COMMON, variant_overrides
 
+    for variant in scenario.variants:
+        loaded = load_config(config, [*COMMON, *variant_overrides(scenario, variant, vllm_long_tail.EXAMPLES)])
+        assert loaded.config is not None, [d.message for d in loaded.diagnostics]
+        found, crashed = run_rules(loaded.config)
+        assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
+        yield variant, loaded.config
+
+
+def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async_streams(tmp_path):
     pytest.importorskip("transformers")
     bench = vllm_long_tail
     dataset = bench.LONG_TAIL.write_dataset(tmp_path / "long-tail.jsonl")
     config = bench.base_config(tmp_path / "base.yaml", bench.write_model(tmp_path / "model"), dataset, 10, 1e-3)
     scenario = bench.scenario(dataset, 10)
-    for variant in scenario.variants:
-        loaded = load_config(config, [*COMMON, *variant_overrides(scenario, variant, bench.EXAMPLES)])
-        assert loaded.config is not None, [d.message for d in loaded.diagnostics]
-        cfg = loaded.config
-        found, crashed = run_rules(cfg)
-        assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
+    for variant, cfg in lint_clean_runs(config, scenario):
         assert cfg.mode == variant.mode and cfg.rollout.engine == "vllm"
         assert derive(cfg).streams_requests == (variant.mode == "fully_async")
         assert derive(cfg).keeps_kv_at_sync == ("kept KV" in variant.label)
@@ -192,19 +198,11 @@ def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async
 
 def test_the_vllm_medium_runs_are_configs_without_lint_errors_and_differ_in_what_a_sync_does(tmp_path):
     from fasync.bench import medium
-    from fasync.bench.modes import COMMON, variant_overrides
 
     pytest.importorskip("transformers")
-    bench = vllm_long_tail
     config = medium.write_files(tmp_path, 3).config
-    scenario = bench.medium_scenario(3)
     modes = {}
-    for variant in scenario.variants:
-        loaded = load_config(config, [*COMMON, *variant_overrides(scenario, variant, bench.EXAMPLES)])
-        assert loaded.config is not None, [d.message for d in loaded.diagnostics]
-        cfg = loaded.config
-        found, crashed = run_rules(cfg)
-        assert not crashed and not [rule.code for rule, _ in found if rule.severity.name == "ERROR"]
+    for variant, cfg in lint_clean_runs(config, vllm_long_tail.medium_scenario(3)):
         assert cfg.rollout.engine == "vllm" and cfg.train.target_reward is None
         modes[variant.label] = (cfg.mode, derive(cfg).streams_requests, derive(cfg).keeps_kv_at_sync)
     assert sorted(modes.values()) == [("async", False, False), ("fully_async", True, False),
