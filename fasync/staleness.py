@@ -53,6 +53,13 @@ def too_stale(current_version: int, oldest_version: int, bound: Optional[int]) -
     return bound is not None and staleness(current_version, oldest_version) > bound
 
 
+def stale_if_late(train_version: int, next_train_version: int, oldest_version: int, bound: Optional[int]) -> bool:
+    """Whether a group still generating, whose tokens are no older than `oldest_version`, is fresh enough for the
+    drain at `train_version` and too stale for the next, at `next_train_version`: finishing after this drain is
+    taken loses it (`async.stale_policy: wait` waits for it instead)."""
+    return not too_stale(train_version, oldest_version, bound) and too_stale(next_train_version, oldest_version, bound)
+
+
 def train_version(batch_index: int, interval: int) -> int:
     """The trainer's version when it trains rollout (or drain) `batch_index`, 0-based: one sync every
     `interval` batches, the first after batch `interval − 1`."""

@@ -407,13 +407,12 @@ class Rollouter:
         return pack((DrainSummary.of(fresh), state)), pack([sample for group in fresh for sample in group.samples])
 
     def _would_go_stale(self, train_version: int, next_train_version: int) -> bool:
-        """Whether a group still generating is fresh enough for the drain at `train_version` and too stale for the
-        next, at `next_train_version`: admitted at the bound's edge, it misses its drain only by finishing after it
-        (a long completion among short ones), and the next would drop it."""
+        """Whether a group still generating is `stale_if_late`: admitted at the bound's edge, it misses its drain only
+        by finishing after it (a long completion among short ones), and the next would drop it."""
         bound = self.cfg.async_.max_weight_staleness
-        return any(not staleness.too_stale(train_version, oldest, bound)
-                   and staleness.too_stale(next_train_version, oldest, bound)
-                   for oldest in (group.oldest_possible_version(self.version) for group in self.in_flight.values()))
+        return any(staleness.stale_if_late(train_version, next_train_version,
+                                           group.oldest_possible_version(self.version), bound)
+                   for group in self.in_flight.values())
 
     async def _take_fresh(self, count: int, train_version: int, next_train_version: int | None) -> list[PromptGroup]:
         bound = self.cfg.async_.max_weight_staleness

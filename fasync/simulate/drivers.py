@@ -29,7 +29,7 @@ from fasync.config.schema import FasyncConfig
 from fasync.simulate.costs import Costs
 from fasync.simulate.lengths import Lengths
 from fasync.simulate.state import Call, Group, Recorder, Workload, finish_call, plan_call, split_steps
-from fasync.staleness import may_generate, rollouts_ahead, syncs_after, too_stale, train_version
+from fasync.staleness import may_generate, rollouts_ahead, stale_if_late, syncs_after, too_stale, train_version
 
 
 class Simulation:
@@ -377,8 +377,7 @@ class FullyAsync:
         if self.cfg.async_.stale_policy != "wait" or self.bound is None:
             return False
         now, later = train_version(drain, self.interval), train_version(drain + 1, self.interval)
-        return any(not too_stale(now, group.admitted_version, self.bound)
-                   and too_stale(later, group.admitted_version, self.bound)
+        return any(stale_if_late(now, later, group.admitted_version, self.bound)
                    for active in self.active for group in active)
 
     def start_drain(self) -> None:

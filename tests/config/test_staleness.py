@@ -38,6 +38,14 @@ def test_admission_and_staleness_rules():
     assert st.too_stale(3, 0, 2) and not st.too_stale(2, 0, 2) and not st.too_stale(9, 0, None)
 
 
+def test_a_group_in_flight_is_stale_if_late_only_at_the_bounds_edge_before_a_sync():
+    # Bound 2, drain at version 5 and the next at 6: a group from version 3 (staleness 2 now, 3 next) is lost by
+    # finishing late; one from version 4 still fits the next drain; one from version 2 is already too stale.
+    assert [st.stale_if_late(5, 6, oldest, 2) for oldest in (2, 3, 4)] == [False, True, False]
+    assert not st.stale_if_late(5, 5, 3, 2)  # no sync before the next drain: it fits that one too
+    assert not st.stale_if_late(5, 6, 0, None)  # no bound, nothing is ever too stale
+
+
 @pytest.mark.parametrize("bound, interval", [(0, 1), (1, 1), (2, 3), (4, 2)])
 def test_async_runs_ahead_as_far_as_admission_allows(bound, interval):
     # Weights at version 0 may generate exactly the first rollouts_ahead rollouts.
