@@ -142,6 +142,16 @@ def step_cost_line(costs: dict[int, float]) -> str:
             + f"; about {costs[fewest] - fewest * per_row:.2f} ms per step and {per_row:.3f} ms per request in it.")
 
 
+SYNC_WAYS = (
+    Variant("async", "async"),
+    Variant("fully_async (partial rollout, streamed)", "fully_async", ("async.partial_rollout=true",)),
+    Variant("fully_async (partial rollout, kept KV, streamed)", "fully_async",
+            ("async.partial_rollout=true", "async.pause_mode=keep")),
+)
+"""async, and streamed fully_async with each way a weight sync treats the requests in flight (abort, kept KV): the
+variants of both shapes."""
+
+
 def base_config(path: Path, model: Path, dataset: Path, rollouts: int, lr: float) -> Path:
     config = {
         "model": {"path": str(model)},
@@ -172,10 +182,7 @@ def scenario(dataset: Path, rollouts: int) -> Scenario:
         "(`async.stale_policy: wait`) makes a drain wait for a group still generating that the next drain would "
         "drop as stale.",
         (
-            Variant("async", "async"),
-            Variant("fully_async (partial rollout, streamed)", "fully_async", ("async.partial_rollout=true",)),
-            Variant("fully_async (partial rollout, kept KV, streamed)", "fully_async",
-                    ("async.partial_rollout=true", "async.pause_mode=keep")),
+            *SYNC_WAYS,
             Variant("fully_async (partial rollout, kept KV, 128 in flight, streamed)", "fully_async",
                     ("async.partial_rollout=true", "async.pause_mode=keep", "async.max_concurrent_samples=128")),
             Variant("fully_async (partial rollout, kept KV, waits for late groups, streamed)", "fully_async",
@@ -197,12 +204,7 @@ def medium_scenario(rollouts: int) -> Scenario:
         "completion runs to the token budget, so there is no tail, and what differs is how a weight sync treats the "
         "requests in flight. A prefill here is the prompt's tokens and the completion's so far through 8 layers, "
         "which partial rollout pays again for every request a sync aborts and kept KV does not.",
-        (
-            Variant("async", "async"),
-            Variant("fully_async (partial rollout, streamed)", "fully_async", ("async.partial_rollout=true",)),
-            Variant("fully_async (partial rollout, kept KV, streamed)", "fully_async",
-                    ("async.partial_rollout=true", "async.pause_mode=keep")),
-        ),
+        SYNC_WAYS,
         reference="async",
         overrides=("rollout.engine=vllm", "train.target_reward=null"),
         target=medium.TARGET,
@@ -228,8 +230,7 @@ def lengths(result) -> str:
     stop short answers, which is what makes the tail (until then every completion runs to the budget)."""
     rows = []
     for variant in result.scenario.variants:
-        path = result.run_dirs[variant.label][0] / "metrics.jsonl"
-        records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        records, _ = read_run_dir(result.run_dirs[variant.label][0])
         series = [r["response_length_mean"] for r in records if "response_length_mean" in r]
         ends = [statistics.mean(part) if part else None
                 for part in (series[:LENGTH_WINDOW], series[-LENGTH_WINDOW:])]
