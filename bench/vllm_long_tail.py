@@ -54,6 +54,10 @@ STEP_ATTEMPTS = 3
 WARM_START_LR = 3e-3
 WARM_START_BATCH = 64
 LOSS_WINDOW = 100
+TAIL_BOUND = 4
+"""The staleness bound of the variant that gives the long completions room: a 24-token completion decodes for
+about as long as one and a half drains take, so at the example config's bound of 2 a long group admitted at the
+bound's edge cannot finish before its drain, and the drains wait for it (`stale_policy: wait`) or drop it."""
 
 
 def write_model(directory: Path) -> Path:
@@ -183,10 +187,11 @@ def scenario(dataset: Path, rollouts: int) -> Scenario:
         "drop as stale.",
         (
             *SYNC_WAYS,
-            Variant("fully_async (partial rollout, kept KV, 128 in flight, streamed)", "fully_async",
-                    ("async.partial_rollout=true", "async.pause_mode=keep", "async.max_concurrent_samples=128")),
             Variant("fully_async (partial rollout, kept KV, waits for late groups, streamed)", "fully_async",
                     ("async.partial_rollout=true", "async.pause_mode=keep", "async.stale_policy=wait")),
+            Variant(f"fully_async (partial rollout, kept KV, waits for late groups, bound {TAIL_BOUND}, streamed)",
+                    "fully_async", ("async.partial_rollout=true", "async.pause_mode=keep", "async.stale_policy=wait",
+                                    f"async.max_weight_staleness={TAIL_BOUND}")),
             Variant("fully_async (no partial rollout, streamed)", "fully_async", ("async.partial_rollout=false",)),
         ),
         reference="async",

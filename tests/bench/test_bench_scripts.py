@@ -193,6 +193,8 @@ def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async
         assert derive(cfg).streams_requests == (variant.mode == "fully_async")
         assert derive(cfg).keeps_kv_at_sync == ("kept KV" in variant.label)
         assert cfg.train.target_reward is None  # every run trains all its rollouts
+        if f"bound {bench.TAIL_BOUND}" in variant.label:  # the label says the bound the run has
+            assert cfg.async_.max_weight_staleness == bench.TAIL_BOUND != 2
     assert any("kept KV" in variant.label for variant in scenario.variants)
 
 
