@@ -25,7 +25,7 @@ from fasync.errors import ConfigurationError
 from fasync.rollout.engine import Continuation, RolloutEngine
 from fasync.rollout.types import Generation, SamplingParams
 from fasync.rollout.vllm_stream import RequestStream, ended_reason, sampled_logprobs, versioned_prompt, vllm_sampling
-from fasync.weights.blob import WorkerWeights, to_blob
+from fasync.weights.cpu import WorkerWeights, hf_names
 from fasync.weights.transport import transport_for
 
 GPU_MEMORY_SHARE = {True: 0.4, False: 0.85}
@@ -118,7 +118,7 @@ class VLLMEngine(RolloutEngine):
     def _load_state_dict(self, state_dict: dict) -> None:
         """The `cpu` transport's load (the others arrive through the weight transfer calls below, driven by
         trainer rank 0)."""
-        loaded = self.llm.collective_rpc("fasync_load_blob", args=(to_blob(state_dict.items()),))
+        loaded = self.llm.collective_rpc("fasync_load", args=(dict(hf_names(state_dict.items())),))
         if any(count != len(state_dict) for count in loaded):
             raise RuntimeError(f"a vLLM worker loaded {loaded} tensors of {len(state_dict)}")
         self._after_load()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fasync.weights.blob import hf_names
+from fasync.weights.cpu import hf_names
 from fasync.weights.transport import Transport
 
 

@@ -1,6 +1,6 @@
 """Which way the trainer's weights travel to the engines: a transport per placement.
 
-- `cpu`: the trainer's state dict crosses to every engine actor (`fasync.weights.blob` takes it into vLLM's
+- `cpu`: the trainer's state dict crosses to every engine actor (`fasync.weights.cpu` hands it to vLLM's
   CPU build); the torch engine takes this path wherever it runs.
 - `ipc` (colocated: each engine worker shares its GPU with a trainer rank) and `nccl` (engines on GPUs of
   their own): vLLM's weight transfer engines, driven by the trainer ranks (`fasync.weights.sender`).
@@ -18,7 +18,7 @@ Transport = Literal["cpu", "ipc", "nccl"]
 
 
 def transport_for(gpus_per_engine: int, colocate: bool) -> Transport:
-    """The transport a vLLM engine's placement uses: CPU engines take blobs, a colocated GPU engine CUDA IPC
+    """The transport a vLLM engine's placement uses: CPU engines take the state dict, a colocated GPU engine CUDA IPC
     handles (trainer and engine share the device), a GPU engine of its own an NCCL broadcast."""
     if gpus_per_engine == 0:
         return "cpu"

@@ -1,5 +1,5 @@
 """The weight transfer's parts that need no vLLM and no GPU: which transport a run takes, the names the engines
-load, the CPU blob, the bucketed source vLLM's GPU transports read, the NCCL group's ranks as the plan gives
+load, the bucketed source vLLM's GPU transports read, the NCCL group's ranks as the plan gives
 them, and the client that drives the engines."""
 
 import pytest
@@ -10,7 +10,7 @@ from tiny_models import write_tiny_llama
 from fasync.config.schema import FasyncConfig
 from fasync.errors import ConfigurationError
 from fasync.model import build_model, build_tokenizer
-from fasync.weights.blob import from_blob, hf_names, to_blob
+from fasync.weights.cpu import hf_names
 from fasync.weights.sender import BucketSource, EngineClient, nccl_ranks
 from fasync.weights.transport import check_transport, transport_for, transport_of
 
@@ -42,14 +42,6 @@ def test_each_placement_has_its_transport():
 def test_the_trainers_names_are_the_checkpoints(model_dir, policy):
     sent = {name for name, _ in hf_names(policy.state_dict().items())}
     assert sent == checkpoint_names(model_dir)
-
-
-def test_the_cpu_blob_round_trips_names_dtypes_and_values(model_dir, policy):
-    state = {name: tensor.to(torch.bfloat16) for name, tensor in policy.state_dict().items()}
-    loaded = from_blob(to_blob(state.items()))
-    assert set(loaded) == checkpoint_names(model_dir)
-    for name, tensor in hf_names(state.items()):
-        assert loaded[name].dtype == torch.bfloat16 and torch.equal(loaded[name], tensor)
 
 
 def test_the_bucketed_source_yields_what_its_metadata_declares(model_dir, policy):
