@@ -56,7 +56,7 @@ WARM_START_BATCH = 64
 LOSS_WINDOW = 100
 TAIL_BOUND = 4
 """The staleness bound of the variant that gives the long completions room: a 24-token completion decodes for
-about as long as one and a half drains take, so at the example config's bound of 2 a long group admitted at the
+as long as one to one and a half drains take, so at the example config's bound of 2 a long group admitted at the
 bound's edge cannot finish before its drain, and the drains wait for it (`stale_policy: wait`) or drop it."""
 
 
