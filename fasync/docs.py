@@ -104,109 +104,114 @@ def rules_table(fmt: str = "text") -> str:
 _HOW = {"same": "the same value", "converted": "converted", "none": "no equivalent", "adapt": "adapt it"}
 
 
+MIGRATE_INTRO = [
+    "# Migrating from verl, slime, miles, AReaL, prime-rl, OpenRLHF and TRL", "", GENERATED, "",
+    ("`fasync check` recognises the keys of other RL frameworks (F008, [rules.md](rules.md#f008-foreign-key-error)). "
+     "A key written from habit in a fasync config gets its fasync name and any difference in meaning. A config "
+     "pasted whole from another framework gets one grouped diagnostic (which keys map, which are converted, "
+     "which have no equivalent), and the lint rules still run on the rest: on the keys that did load, the "
+     "foreign keys whose value carries over unchanged, and defaults for everything else; a finding that "
+     "depends on one of those values says so (`[assumed: ...]`). Hydra overrides (`+key=value`, `~key`) and "
+     "argparse flags (`--rollout-batch-size`) are read as the keys they name."),
+    "",
+    ("`fasync import FRAMEWORK SOURCE... [--env VAR=VALUE]... [-o OUT]` writes the fasync config itself. "
+     "FRAMEWORK is one of `verl`, `slime`, `miles`, `areal`, `prime-rl`, `openrlhf`, `trl`; SOURCE is a YAML, "
+     "JSON or TOML config, a launch script, a Python launcher (the `--flag` strings it builds, or the keywords "
+     "of its `GRPOConfig(...)` / `AsyncGRPOConfig(...)`), or a command line (hydra `key=value`, `+key=value`, "
+     "`~key`; argparse `--flag value`, `--flag v1 v2`); later sources override earlier ones. Keys are matched "
+     "by their full path: a section that is not the policy's training (eval, critic, judge, reward model, "
+     "reference, vLLM's own settings) is listed as ignored, never mapped onto a training key. Every value gets "
+     "a comment naming the source key and value; a converted one shows the arithmetic (verl fully-async: "
+     "`rollout.batch_size` = require_batches × ppo_mini_batch_size prompts, `train.global_batch_size` = "
+     "ppo_mini_batch_size × rollout.n samples, `async.max_weight_staleness` = ceil(staleness_threshold)); "
+     "what has no equivalent, is not supported yet, or still needs a conversion by hand, is listed under the "
+     "config. The result is then linted like `fasync check`, with the same exit codes, except that an import "
+     "exits 1 with one line when it cannot stand for the source: a SOURCE that is missing, a directory, "
+     "unreadable, binary or malformed; a setting fasync does not support (a critic, verl's or TRL's learned reward "
+     "model, a step smaller than a prompt group); nothing the framework's "
+     "table names; or a config that names no data or no reward, which would otherwise train the built-in "
+     "reverse task with exact_match (the line names what to set and where the import looked; OpenRLHF's learned reward "
+     "model, `--reward_pretrain` without a critic, writes the whole config and asks for `reward.url`, naming "
+     "the model: fasync scores through a server that runs it, [training.md](training.md#a-remote-reward)); or a reward, rollout function or environment written "
+     "for the framework's own signature, which fasync would call wrongly (the line names it and says how to "
+     "adapt it: the tables' `adapt it` rows). Rewards the framework builds in become fasync's built-in "
+     "nearest to them, each framework's paragraph below says which. `-o` refuses a directory, a missing "
+     "folder and its own SOURCE."),
+    "",
+    ("**Launch scripts** are parsed with tree-sitter-bash and evaluated, not run (fasync/shell.py): "
+     "`NAME=value`, `export`, `${VAR:-default}` (nested, also `${VAR:=...}`, `${VAR,,}`), `$((arithmetic))` over "
+     "the script's variables, arrays `X=( ... )` and `\"${X[@]}\"`, quotes, comments and line continuations; the "
+     "training command is found inside `bash -c \"...\"`, `srun`, `ray job submit ... --`, `torchrun`, `accelerate "
+     "launch` and `python -m`. An `if`/`elif`/`else` takes the branch the script's own values select, and the "
+     "config's header says which (the first branch, said as such, where a condition needs a command's output). "
+     "Loops, `source`, `read` and `$(...)` are not run. `--env VAR=VALUE` supplies a variable the script expects "
+     "from its environment (`--env 1=...` a positional argument); a setting whose value depends on a variable "
+     "that stays unknown is not written, and the header names each such variable with the `--env` flag that sets "
+     "it. A line that is not valid bash (a `<PLACEHOLDER>` left for the user to fill in) is left out, and the "
+     "header names its file and line; the rest of the script is read as usual. Measured on the corpus's 33 shell "
+     "scripts, tree-sitter-bash parses 32 without an error node (the other, OpenRLHF's slurm script, holds a "
+     "placeholder bash itself rejects) where bashlex 0.18 parsed 10."),
+    "",
+    ("`tests/import_corpus/` holds 54 real, unmodified launch scripts and configs of the seven frameworks "
+     "(fully-async and one-step-off recipes, RLOO, REINFORCE++, GSPO and AReaL's per-engine layout among them) with the mode, geometry, "
+     "staleness, kept values and findings each defines, derived by hand from the framework's own code; "
+     "`tests/migrate/test_import_corpus.py` imports every one and compares: every file imports as expected, or "
+     "fails as unsupported where it should (a critic in 4 files, a step smaller than a prompt group in 1). 49 "
+     "of the 54 (91%) import to a config that loads with the geometry and kept values right, issue 30's bar, "
+     "which the test holds at 90%."),
+    "",
+    ("The other way, `fasync config show CONFIG --as FRAMEWORK` prints a fasync config's mode, batch geometry, "
+     "staleness bound and sync interval in the framework's own syntax (hydra overrides for verl, flags for "
+     "slime, miles and OpenRLHF, YAML for AReaL, TOML for prime-rl, a `GRPOConfig(...)` for TRL), each value "
+     "with the fasync quantity it carries, and names what the framework cannot express (slime's "
+     "`train_async.py` runs exactly one rollout ahead; prime-rl takes one optimizer step per batch; AReaL and "
+     "prime-rl always stream). Reading that back with `fasync import` gives the same samples per rollout, "
+     "optimizer steps per drain, staleness in versions and sync interval; the tests check this round trip "
+     "for every framework."),
+    "",
+    "## Your data and reward as they are",
+    "",
+    ("A verl dataset needs no conversion. Point `data.path` at its parquet file (or a JSONL, a JSON array, or "
+     "a Hugging Face dataset saved with `save_to_disk`; the format is read from the file): a record's "
+     "`prompt` may be a list of chat messages, which the model's chat template receives as they are (system "
+     "messages kept), and the label defaults to `label`, else verl's `reward_model.ground_truth` (`data.label_key` "
+     "takes any dotted path). verl's `compute_score(data_source, solution_str, ground_truth, extra_info)` is a "
+     "`reward.function` as it is; fasync passes each reward the fields its parameters name. The same holds "
+     "for OpenRLHF's `--input_key`/`--label_key` (dotted paths in fasync) and slime's `--rm-url`/OpenRLHF's "
+     "`remote_rm_url` (`reward.url`). verl's `data.filter_overlong_prompts` is `data.overlong_prompts: "
+     "filter` with `data.max_prompt_tokens`. `fasync data show CONFIG` prints the prompts as the model will "
+     "see them ([training.md](training.md#data))."),
+    "",
+    "```yaml",
+    "model:",
+    "  path: /models/Qwen2.5-0.5B-Instruct",
+    "data:",
+    "  path: /data/gsm8k/train.parquet     # verl's examples/data_preprocess/gsm8k.py output, unchanged",
+    "  max_prompt_tokens: 512",
+    "  overlong_prompts: filter            # data.filter_overlong_prompts=True",
+    "reward:",
+    "  function: gsm8k_reward:compute_score  # gsm8k_reward.py beside this config",
+    "```",
+    "",
+    ("The tables below are generated from each framework's module in `fasync/frameworks/`, the same tables the "
+     "hints use. "
+     "`converted` means the fasync value follows from the framework's own semantics by arithmetic or a unit "
+     "change (the note says how); `adapt it` names a function or class of the framework's own signature, "
+     "which the import asks to port onto the fasync key (the note says how); keys are written as the framework spells them, flags without their dashes "
+     "and with `_` for `-`; `section.*` covers a whole section. Checked against the sources of verl "
+     "(volcengine/verl b178a3c), slime (THUDM/slime 624b824), miles (radixark/miles 31f1ca9), AReaL "
+     "(inclusionAI/AReaL 4aef98d), prime-rl (PrimeIntellect-ai/prime-rl 559b447), OpenRLHF "
+     "(OpenRLHF/OpenRLHF 3c3be62) and TRL (huggingface/trl f2cd577)."),
+]
+"""docs/migrate.md up to the per-framework tables: what `fasync check` and `fasync import` do with other
+frameworks' configs, data and rewards."""
+
+
 def render_migrate_md() -> str:
     """docs/migrate.md: the key equivalences of each framework, from the table the loader's hints use."""
     from fasync.frameworks import FRAMEWORKS
 
-    lines = [
-        "# Migrating from verl, slime, miles, AReaL, prime-rl, OpenRLHF and TRL", "", GENERATED, "",
-        ("`fasync check` recognises the keys of other RL frameworks (F008, [rules.md](rules.md#f008-foreign-key-error)). "
-         "A key written from habit in a fasync config gets its fasync name and any difference in meaning. A config "
-         "pasted whole from another framework gets one grouped diagnostic (which keys map, which are converted, "
-         "which have no equivalent), and the lint rules still run on the rest: on the keys that did load, the "
-         "foreign keys whose value carries over unchanged, and defaults for everything else; a finding that "
-         "depends on one of those values says so (`[assumed: ...]`). Hydra overrides (`+key=value`, `~key`) and "
-         "argparse flags (`--rollout-batch-size`) are read as the keys they name."),
-        "",
-        ("`fasync import FRAMEWORK SOURCE... [--env VAR=VALUE]... [-o OUT]` writes the fasync config itself. "
-         "FRAMEWORK is one of `verl`, `slime`, `miles`, `areal`, `prime-rl`, `openrlhf`, `trl`; SOURCE is a YAML, "
-         "JSON or TOML config, a launch script, a Python launcher (the `--flag` strings it builds, or the keywords "
-         "of its `GRPOConfig(...)` / `AsyncGRPOConfig(...)`), or a command line (hydra `key=value`, `+key=value`, "
-         "`~key`; argparse `--flag value`, `--flag v1 v2`); later sources override earlier ones. Keys are matched "
-         "by their full path: a section that is not the policy's training (eval, critic, judge, reward model, "
-         "reference, vLLM's own settings) is listed as ignored, never mapped onto a training key. Every value gets "
-         "a comment naming the source key and value; a converted one shows the arithmetic (verl fully-async: "
-         "`rollout.batch_size` = require_batches × ppo_mini_batch_size prompts, `train.global_batch_size` = "
-         "ppo_mini_batch_size × rollout.n samples, `async.max_weight_staleness` = ceil(staleness_threshold)); "
-         "what has no equivalent, is not supported yet, or still needs a conversion by hand, is listed under the "
-         "config. The result is then linted like `fasync check`, with the same exit codes, except that an import "
-         "exits 1 with one line when it cannot stand for the source: a SOURCE that is missing, a directory, "
-         "unreadable, binary or malformed; a setting fasync does not support (a critic, verl's or TRL's learned reward "
-         "model, a step smaller than a prompt group); nothing the framework's "
-         "table names; or a config that names no data or no reward, which would otherwise train the built-in "
-         "reverse task with exact_match (the line names what to set and where the import looked; OpenRLHF's learned reward "
-         "model, `--reward_pretrain` without a critic, writes the whole config and asks for `reward.url`, naming "
-         "the model: fasync scores through a server that runs it, [training.md](training.md#a-remote-reward)); or a reward, rollout function or environment written "
-         "for the framework's own signature, which fasync would call wrongly (the line names it and says how to "
-         "adapt it: the tables' `adapt it` rows). Rewards the framework builds in become fasync's built-in "
-         "nearest to them, each framework's paragraph below says which. `-o` refuses a directory, a missing "
-         "folder and its own SOURCE."),
-        "",
-        ("**Launch scripts** are parsed with tree-sitter-bash and evaluated, not run (fasync/shell.py): "
-         "`NAME=value`, `export`, `${VAR:-default}` (nested, also `${VAR:=...}`, `${VAR,,}`), `$((arithmetic))` over "
-         "the script's variables, arrays `X=( ... )` and `\"${X[@]}\"`, quotes, comments and line continuations; the "
-         "training command is found inside `bash -c \"...\"`, `srun`, `ray job submit ... --`, `torchrun`, `accelerate "
-         "launch` and `python -m`. An `if`/`elif`/`else` takes the branch the script's own values select, and the "
-         "config's header says which (the first branch, said as such, where a condition needs a command's output). "
-         "Loops, `source`, `read` and `$(...)` are not run. `--env VAR=VALUE` supplies a variable the script expects "
-         "from its environment (`--env 1=...` a positional argument); a setting whose value depends on a variable "
-         "that stays unknown is not written, and the header names each such variable with the `--env` flag that sets "
-         "it. A line that is not valid bash (a `<PLACEHOLDER>` left for the user to fill in) is left out, and the "
-         "header names its file and line; the rest of the script is read as usual. Measured on the corpus's 33 shell "
-         "scripts, tree-sitter-bash parses 32 without an error node (the other, OpenRLHF's slurm script, holds a "
-         "placeholder bash itself rejects) where bashlex 0.18 parsed 10."),
-        "",
-        ("`tests/import_corpus/` holds 54 real, unmodified launch scripts and configs of the seven frameworks "
-         "(fully-async and one-step-off recipes, RLOO, REINFORCE++, GSPO and AReaL's per-engine layout among them) with the mode, geometry, "
-         "staleness, kept values and findings each defines, derived by hand from the framework's own code; "
-         "`tests/migrate/test_import_corpus.py` imports every one and compares: every file imports as expected, or "
-         "fails as unsupported where it should (a critic in 4 files, a step smaller than a prompt group in 1). 49 "
-         "of the 54 (91%) import to a config that loads with the geometry and kept values right, issue 30's bar, "
-         "which the test holds at 90%."),
-        "",
-        ("The other way, `fasync config show CONFIG --as FRAMEWORK` prints a fasync config's mode, batch geometry, "
-         "staleness bound and sync interval in the framework's own syntax (hydra overrides for verl, flags for "
-         "slime, miles and OpenRLHF, YAML for AReaL, TOML for prime-rl, a `GRPOConfig(...)` for TRL), each value "
-         "with the fasync quantity it carries, and names what the framework cannot express (slime's "
-         "`train_async.py` runs exactly one rollout ahead; prime-rl takes one optimizer step per batch; AReaL and "
-         "prime-rl always stream). Reading that back with `fasync import` gives the same samples per rollout, "
-         "optimizer steps per drain, staleness in versions and sync interval; the tests check this round trip "
-         "for every framework."),
-        "",
-        "## Your data and reward as they are",
-        "",
-        ("A verl dataset needs no conversion. Point `data.path` at its parquet file (or a JSONL, a JSON array, or "
-         "a Hugging Face dataset saved with `save_to_disk`; the format is read from the file): a record's "
-         "`prompt` may be a list of chat messages, which the model's chat template receives as they are (system "
-         "messages kept), and the label defaults to `label`, else verl's `reward_model.ground_truth` (`data.label_key` "
-         "takes any dotted path). verl's `compute_score(data_source, solution_str, ground_truth, extra_info)` is a "
-         "`reward.function` as it is; fasync passes each reward the fields its parameters name. The same holds "
-         "for OpenRLHF's `--input_key`/`--label_key` (dotted paths in fasync) and slime's `--rm-url`/OpenRLHF's "
-         "`remote_rm_url` (`reward.url`). verl's `data.filter_overlong_prompts` is `data.overlong_prompts: "
-         "filter` with `data.max_prompt_tokens`. `fasync data show CONFIG` prints the prompts as the model will "
-         "see them ([training.md](training.md#data))."),
-        "",
-        "```yaml",
-        "model:",
-        "  path: /models/Qwen2.5-0.5B-Instruct",
-        "data:",
-        "  path: /data/gsm8k/train.parquet     # verl's examples/data_preprocess/gsm8k.py output, unchanged",
-        "  max_prompt_tokens: 512",
-        "  overlong_prompts: filter            # data.filter_overlong_prompts=True",
-        "reward:",
-        "  function: gsm8k_reward:compute_score  # gsm8k_reward.py beside this config",
-        "```",
-        "",
-        ("The tables below are generated from each framework's module in `fasync/frameworks/`, the same tables the "
-         "hints use. "
-         "`converted` means the fasync value follows from the framework's own semantics by arithmetic or a unit "
-         "change (the note says how); `adapt it` names a function or class of the framework's own signature, "
-         "which the import asks to port onto the fasync key (the note says how); keys are written as the framework spells them, flags without their dashes "
-         "and with `_` for `-`; `section.*` covers a whole section. Checked against the sources of verl "
-         "(volcengine/verl b178a3c), slime (THUDM/slime 624b824), miles (radixark/miles 31f1ca9), AReaL "
-         "(inclusionAI/AReaL 4aef98d), prime-rl (PrimeIntellect-ai/prime-rl 559b447), OpenRLHF "
-         "(OpenRLHF/OpenRLHF 3c3be62) and TRL (huggingface/trl f2cd577)."),
-    ]
+    lines = list(MIGRATE_INTRO)
     for framework in FRAMEWORKS.values():
         lines += ["", f"## {framework.display}", "", f"**Mode.** {framework.modes}", "",
                   f"**Defaults written explicitly.** {framework.defaults}", "",

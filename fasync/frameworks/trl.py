@@ -128,10 +128,7 @@ def import_into(source: Source, out: Imported) -> set[str]:
     converted = import_choices(CHOICES, source, out)
     if source.get("top_k"):
         out.set("rollout.top_k", source.get("top_k"), source.cite("top_k"))
-    if "warmup_ratio" in source.values and "warmup_steps" not in source.values and "max_steps" in source.values:
-        warmup = int(source.get("warmup_ratio") * source.get("max_steps"))
-        out.set("train.lr_warmup_steps", warmup, f"{source.cite('warmup_ratio')} × {source.cite('max_steps')}")
-        converted.add("warmup_ratio")
+    converted |= _warmup(source, out)
     per_device, generations = value("per_device_train_batch_size"), value("num_generations")
     accumulation = source.get("gradient_accumulation_steps", 1)
     processes = int(source.variables.get("NUM_PROCESSES", source.get("num_processes", 1)))
@@ -166,10 +163,7 @@ def import_into(source: Source, out: Imported) -> set[str]:
     if isinstance(source.get("max_tool_calling_iterations"), int):
         turns = source.get("max_tool_calling_iterations") + 1
         out.set("rollout.max_turns", turns, f"{source.cite('max_tool_calling_iterations')} tool calls + the last turn")
-    if "report_to" in source.values:
-        wanted = source.get("report_to")
-        wanted = TRACKERS if wanted == "all" else [wanted] if isinstance(wanted, str) else wanted or []
-        out.set_trackers({name: source.cite("report_to") for name in wanted if name in TRACKERS})
+    _trackers(source, out)
     return converted | {
         "top_k", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "num_processes",
         "weight_sync_steps", "report_to", "max_steps", "learning_rate", "max_completion_length", "num_generations",
@@ -177,6 +171,23 @@ def import_into(source: Source, out: Imported) -> set[str]:
         "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_cap",
         "reward_funcs", "max_tool_calling_iterations"}
 
+
+
+def _warmup(source: Source, out: Imported) -> set[str]:
+    """warmup_ratio as fasync's steps, where the run's length (max_steps) is known and no warmup_steps wins."""
+    if "warmup_ratio" in source.values and "warmup_steps" not in source.values and "max_steps" in source.values:
+        warmup = int(source.get("warmup_ratio") * source.get("max_steps"))
+        out.set("train.lr_warmup_steps", warmup, f"{source.cite('warmup_ratio')} × {source.cite('max_steps')}")
+        return {"warmup_ratio"}
+    return set()
+
+
+def _trackers(source: Source, out: Imported) -> None:
+    """report_to: one name, a list, or "all"; the ones fasync has."""
+    if "report_to" in source.values:
+        wanted = source.get("report_to")
+        wanted = TRACKERS if wanted == "all" else [wanted] if isinstance(wanted, str) else wanted or []
+        out.set_trackers({name: source.cite("report_to") for name in wanted if name in TRACKERS})
 
 TRL_REWARDS = {"accuracy_reward": ("math_verify", "trl.rewards' accuracy_reward verifies the completion against "
                                    "the solution with math-verify (data.label_key: the solution column)")}

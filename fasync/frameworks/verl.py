@@ -224,6 +224,38 @@ CHOICES = [
 def import_into(source: Source, out: Imported) -> set[str]:
     """The mode from the entry point (`...fully_async_main`, `...one_step_off_policy.main_ppo`), else from
     `async_training.*`; verl's own defaults where they differ from fasync's."""
+    fully_async, one_step_off = _mode(source, out)
+    _defaults(source, out, fully_async)
+    converted = import_choices(CHOICES, source, out) | _import_algorithm(source, out, fully_async) | import_lora(
+        source, out, *LORA_KEYS)
+    _resources(source, out, separate=fully_async or one_step_off)
+    _correction(source, out)
+    _geometry(source, out, fully_async)
+    _ceil_staleness(source, "async_training.staleness_threshold", out)
+    if source.get("actor_rollout_ref.actor.use_kl_loss"):
+        coef = source.get("actor_rollout_ref.actor.kl_loss_coef", 0.001)
+        out.set("train.kl_coef", coef, f"use_kl_loss with {source.cite('actor_rollout_ref.actor.kl_loss_coef', 0.001)}")
+    _reward(source, out)
+    _data(source, out)
+    _micro_batch(source, out)
+    if source.get("actor_rollout_ref.rollout.multi_turn.format", "hermes") == "hermes" and any(
+            k.startswith("actor_rollout_ref.rollout.multi_turn.") for k in source.values):
+        out.set("rollout.tool_parser", "hermes", source.cite("actor_rollout_ref.rollout.multi_turn.format", "hermes"))
+    _trackers(source, out)
+    return converted | {
+        "actor_rollout_ref.actor.ppo_mini_batch_size", "async_training.require_batches", "actor_rollout_ref.rollout.name",
+        "trainer.n_gpus_per_node", "trainer.nnodes", "rollout.n_gpus_per_node", "rollout.nnodes",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.actor.use_rollout_log_probs",
+        *(k for k in source.values if ".rollout_correction." in k), "async_training.staleness_threshold",
+        "rollout.total_rollout_steps", "async_training.use_rollout_log_probs", "async_training.compute_prox_log_prob",
+        "actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef", "trainer.logger",
+        "custom_reward_function.path", "custom_reward_function.name", "actor_rollout_ref.rollout.multi_turn.format",
+        "data.train_files", "data.filter_overlong_prompts", "actor_rollout_ref.actor.ppo_micro_batch_size"}
+
+
+def _mode(source: Source, out: Imported) -> tuple[bool, bool]:
+    """`mode` (and one-step-off's bound) from the entry point, else from `async_training.*`; returns (fully
+    async, one step off)."""
     fully_async = "fully_async" in source.script or any(k.startswith("async_training.") for k in source.values)
     one_step_off = "one_step_off" in source.script
     if one_step_off:
@@ -233,11 +265,12 @@ def import_into(source: Source, out: Imported) -> set[str]:
         out.set("mode", "fully_async", f"{source.script or 'async_training.*'}: verl's fully-async recipe")
     else:
         out.set("mode", "sync", f"{source.script or 'verl.trainer.main_ppo'}: verl's PPO trainer is synchronous")
-    _defaults(source, out, fully_async)
-    converted = import_choices(CHOICES, source, out) | _import_algorithm(source, out, fully_async) | import_lora(
-        source, out, *LORA_KEYS)
-    _resources(source, out, separate=fully_async or one_step_off)
-    _correction(source, out)
+    return fully_async, one_step_off
+
+
+def _geometry(source: Source, out: Imported, fully_async: bool) -> None:
+    """The optimizer step (ppo_mini_batch_size prompt groups), the fully-async recipe's drain (require_batches
+    steps) and run length, and where the PPO ratio is anchored."""
     n = source.get("actor_rollout_ref.rollout.n", 1)
     mini = source.get("actor_rollout_ref.actor.ppo_mini_batch_size")
     if mini is not None:
@@ -259,34 +292,24 @@ def import_into(source: Source, out: Imported) -> set[str]:
     else:
         out.set("correction.ratio_anchor", "behaviour",
                 f"{source.cite('actor_rollout_ref.actor.use_rollout_log_probs')}: the rollout's logprobs")
-    _ceil_staleness(source, "async_training.staleness_threshold", out)
-    if source.get("actor_rollout_ref.actor.use_kl_loss"):
-        coef = source.get("actor_rollout_ref.actor.kl_loss_coef", 0.001)
-        out.set("train.kl_coef", coef, f"use_kl_loss with {source.cite('actor_rollout_ref.actor.kl_loss_coef', 0.001)}")
-    _reward(source, out)
-    _data(source, out)
+
+
+def _micro_batch(source: Source, out: Imported) -> None:
+    """ppo_micro_batch_size is global in verl (its `_per_gpu` twin is not): fasync's is per trainer rank."""
     micro = source.get("actor_rollout_ref.actor.ppo_micro_batch_size")
     ranks = out.values["resources.trainer_ranks"][0]
     if isinstance(micro, int) and "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" not in source.values:
         out.set("train.micro_batch_size", max(micro // ranks, 1),
                 f"{source.cite('actor_rollout_ref.actor.ppo_micro_batch_size')} across {ranks} trainer ranks")
-    if source.get("actor_rollout_ref.rollout.multi_turn.format", "hermes") == "hermes" and any(
-            k.startswith("actor_rollout_ref.rollout.multi_turn.") for k in source.values):
-        out.set("rollout.tool_parser", "hermes", source.cite("actor_rollout_ref.rollout.multi_turn.format", "hermes"))
+
+
+def _trackers(source: Source, out: Imported) -> None:
+    """trainer.logger: one name, a list, or hydra's string of a list; the ones fasync has."""
     if "trainer.logger" in source.values:
         loggers = source.get("trainer.logger")
         loggers = yaml.safe_load(loggers) if isinstance(loggers, str) else loggers
         out.set_trackers({name: source.cite("trainer.logger")
                           for name in ([loggers] if isinstance(loggers, str) else loggers or []) if name in TRACKERS})
-    return converted | {
-        "actor_rollout_ref.actor.ppo_mini_batch_size", "async_training.require_batches", "actor_rollout_ref.rollout.name",
-        "trainer.n_gpus_per_node", "trainer.nnodes", "rollout.n_gpus_per_node", "rollout.nnodes",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.actor.use_rollout_log_probs",
-        *(k for k in source.values if ".rollout_correction." in k), "async_training.staleness_threshold",
-        "rollout.total_rollout_steps", "async_training.use_rollout_log_probs", "async_training.compute_prox_log_prob",
-        "actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef", "trainer.logger",
-        "custom_reward_function.path", "custom_reward_function.name", "actor_rollout_ref.rollout.multi_turn.format",
-        "data.train_files", "data.filter_overlong_prompts", "actor_rollout_ref.actor.ppo_micro_batch_size"}
 
 
 def _data(source: Source, out: Imported) -> None:

@@ -320,9 +320,21 @@ def audit(journal: Path, counts: dict | None = None, samples_per_group: int | No
     `samples_per_group`, also check that the journal and the counts agree. A damaged journal is a
     DamagedFileError."""
     result = Audit()
+    draws = _replay(read_journal(journal), result)
+    if result.cursor is not None:
+        _check_cursor(result, draws)
+    if counts is not None and samples_per_group and result.finished:
+        _check_counts(result, counts, samples_per_group)
+    return result
+
+
+def _replay(entries: list[tuple[int, dict]], result: Audit) -> set[int]:
+    """Move every group through its states as the journal's events say, noting each move its state does not
+    allow; fills `result` (processes, cursor, states, drops, lengths) and returns the draws that produced a
+    group."""
     state: dict[str, str] = {}
     draws: set[int] = set()
-    for number, entry in read_journal(journal):
+    for number, entry in entries:
         event = entry.get("event")
         if event == Event.RESUME:
             result.processes += 1
@@ -362,29 +374,35 @@ def audit(journal: Path, counts: dict | None = None, samples_per_group: int | No
                 result.problems.append(f"line {number}: unknown event {event!r}")
                 break
     result.states = Counter(state.values())
-    if result.cursor is not None:
-        missing = sorted(set(range(result.cursor)) - draws)
-        if missing:
-            result.problems.append(f"{len(missing)} prompt(s) the data cursor handed out have no group: draws "
-                                   f"{', '.join(map(str, missing[:10]))}{' ...' if len(missing) > 10 else ''}")
-        beyond = sorted(d for d in draws if d >= result.cursor)
-        if beyond and result.finished:
-            result.problems.append(f"groups of draws beyond the data cursor {result.cursor}: {beyond[:10]}")
-    if counts is not None and samples_per_group and result.finished:
-        n = samples_per_group
-        expected = {
-            "trained (consumed + trimmed)": (counts["consumed"] + counts["dropped"].get("trimmed", 0),
-                                             result.states["trained"] * n),
-            "queued": (counts["queued"], result.states["queued"] * n),
-            "in flight": (counts["in_flight"], result.states["in_flight"] * n),
-            **{f"dropped {reason}": (count, result.dropped[reason] * n)
-               for reason, count in counts["dropped"].items() if reason != "trimmed"},
-        }
-        for name, (samples, journal_samples) in expected.items():
-            if samples != journal_samples:
-                result.problems.append(f"the summary's ledger says {name} {samples} samples, the journal "
-                                       f"{journal_samples}")
-    return result
+    return draws
+
+
+def _check_cursor(result: Audit, draws: set[int]) -> None:
+    """Every draw the data cursor handed out has a group, and a run that ended has none beyond it."""
+    missing = sorted(set(range(result.cursor)) - draws)
+    if missing:
+        result.problems.append(f"{len(missing)} prompt(s) the data cursor handed out have no group: draws "
+                               f"{', '.join(map(str, missing[:10]))}{' ...' if len(missing) > 10 else ''}")
+    beyond = sorted(d for d in draws if d >= result.cursor)
+    if beyond and result.finished:
+        result.problems.append(f"groups of draws beyond the data cursor {result.cursor}: {beyond[:10]}")
+
+
+def _check_counts(result: Audit, counts: dict, samples_per_group: int) -> None:
+    """The summary's sample counts equal the journal's groups, `samples_per_group` samples each."""
+    n = samples_per_group
+    expected = {
+        "trained (consumed + trimmed)": (counts["consumed"] + counts["dropped"].get("trimmed", 0),
+                                         result.states["trained"] * n),
+        "queued": (counts["queued"], result.states["queued"] * n),
+        "in flight": (counts["in_flight"], result.states["in_flight"] * n),
+        **{f"dropped {reason}": (count, result.dropped[reason] * n)
+           for reason, count in counts["dropped"].items() if reason != "trimmed"},
+    }
+    for name, (samples, journal_samples) in expected.items():
+        if samples != journal_samples:
+            result.problems.append(f"the summary's ledger says {name} {samples} samples, the journal "
+                                   f"{journal_samples}")
 
 
 def _counts_problem(counts) -> str | None:
