@@ -49,7 +49,8 @@ def test_a_failed_call_names_the_actor_that_died_whether_called_or_called_by_it(
 
 
 def wait_until_dead(ray, handle, timeout_s: float = 30) -> None:
-    """`ray.kill` only asks: a call made just after it can still reach the actor and succeed (one did in a full run of the suite)."""
+    """`ray.kill` only asks: a call made just after it can still reach the actor and succeed (one did in a full
+    run of the suite)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
