@@ -62,23 +62,31 @@ class EngineActor:
 
     def load_weights(self, weights, version: int) -> tuple[int, str]:
         """`weights` as `TrainerActor.rollout_weights` returns them; returns what the engine serves after the
-        load (`RolloutEngine.served_weights`), which the driver checks against the trainer's checksum.
-
-        On the `ipc` and `nccl` transports the trainer ranks have already sent `version` through vLLM's
-        weight transfer, and `weights` is rank 0's `SentWeights`: there is nothing left to load."""
-        if isinstance(weights, SentWeights):
-            if weights.version != version:
-                raise RuntimeError(f"asked to serve version {version}, but the trainer sent version {weights.version}")
-            return self.engine.served_weights()
-        self.engine.load_weights(arrays_to_weights(weights), version)
-        return self.engine.served_weights()
+        load (`RolloutEngine.served_weights`), which the driver checks against the trainer's checksum."""
+        return self._serve(self._tensors_to_load(weights, version), version)
 
     # In `control`: the requests stay in the engine, so a `take_ended` waits in the default group meanwhile.
     @ray.method(concurrency_group="control")
     def load_weights_keeping_requests(self, weights, version: int) -> tuple[tuple[int, str], list[int]]:
         """`load_weights` into a streaming engine paused with its requests in it (`async.pause_mode: keep`);
         also returns the ids of the requests the load interrupted part-way through."""
-        return self.engine.load_weights_keeping_requests(lambda: self.load_weights(weights, version))
+        # The copy into tensors happens before the pause, while the stream still generates.
+        tensors = self._tensors_to_load(weights, version)
+        return self.engine.load_weights_keeping_requests(lambda: self._serve(tensors, version))
+
+    def _tensors_to_load(self, weights, version: int) -> dict | None:
+        """None on the `ipc` and `nccl` transports: the trainer ranks have already sent `version` through vLLM's
+        weight transfer, and `weights` is rank 0's `SentWeights`, so there is nothing left to load."""
+        if isinstance(weights, SentWeights):
+            if weights.version != version:
+                raise RuntimeError(f"asked to serve version {version}, but the trainer sent version {weights.version}")
+            return None
+        return arrays_to_weights(weights)
+
+    def _serve(self, tensors: dict | None, version: int) -> tuple[int, str]:
+        if tensors is not None:
+            self.engine.load_weights(tensors, version)
+        return self.engine.served_weights()
 
     def rng_state(self):
         """Runs after any generate call in progress (one call at a time), so the state is between calls."""
