@@ -94,12 +94,11 @@ def test_a_cell_without_a_complete_run_has_no_row(tmp_path):
 
 
 def test_memory_is_summed_over_the_process_and_its_descendants():
-    child = subprocess.Popen([sys.executable, "-c", "import time; x = b'x' * (64 * 2**20); time.sleep(30)"])
+    # The child says when its 64 MiB are allocated: polling for them gave up too soon on a loaded machine.
+    child = subprocess.Popen([sys.executable, "-c", "import time; x = b'x' * (64 * 2**20); print('allocated', "
+                              "flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
-        deadline = 200
-        while deadline and peer.tree_pss(os.getpid())[1].get("python -c", 0) < 60 * 2**20:
-            deadline -= 1
-            subprocess.run(["sleep", "0.05"])
+        assert child.stdout.readline() == "allocated\n"
         total, by_name, count = peer.tree_pss(os.getpid())
         alone, _, alone_count = peer.tree_pss(child.pid)
         assert alone >= 64 * 2**20 and total > alone
