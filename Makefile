@@ -39,8 +39,12 @@ test-vllm: $(VLLM_STAMP)
 demo: $(STAMP)
 	$(BIN)/fasync train configs/quickstart.yaml
 
+# Two workers, each taking whole modules (a module's fixtures are built once): run one after the other, the suite
+# kept 0.5 of the two cores busy, waiting on Ray's start-ups and on the `fasync train` processes it runs
+# (docs/testing.md "How long the suite takes").
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 # The whole kill-point matrix (scripts/kill_matrix.py): every mode SIGKILLed at each of fasync's kill points, resumed
 # to its end, its ledger audited; `make test` runs a rotating sample of it (tests/test_kill_matrix.py).
