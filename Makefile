@@ -47,7 +47,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 # The whole kill-point matrix (scripts/kill_matrix.py): every mode SIGKILLed at each of fasync's kill points, resumed
-# to its end, its ledger audited; `make test` runs a rotating sample of it (tests/test_kill_matrix.py).
+# to its end, its ledger audited; `make test` runs a rotating sample of it (tests/commands/test_kill_matrix.py).
 test-kill: $(STAMP)
 	$(BIN)/python scripts/kill_matrix.py
 
