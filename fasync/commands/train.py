@@ -333,7 +333,8 @@ def train(resolved: Resolved, factory, directory: Path, engines: list | None = N
                   else f"fasync train: joining the Ray cluster at {cfg.resources.ray_address}")
             start_ray(cfg, resolved.plan)
             signals.install()  # ray.init replaced the SIGTERM handler with one that exits 15
-        ending = training.drive(factory, eval_prompts, engines, resume, on_resumed)
+            signals.raise_swallowed()
+        ending = training.drive(signals, factory, eval_prompts, engines, resume, on_resumed)
     except (Stop, KeyboardInterrupt, SystemExit) as stop:
         # A bare KeyboardInterrupt: Ctrl-C before our handler was in; SystemExit(15): a SIGTERM while ray.init's
         # own handler was in place.
@@ -382,9 +383,11 @@ class _Training:
         _echo(f"fasync train: {reason}; stopping after this rollout with a checkpoint ({name} again stops now)")
         return True
 
-    def drive(self, factory, eval_prompts, engines: list | None, resume: tuple | None, on_resumed
+    def drive(self, signals, factory, eval_prompts, engines: list | None, resume: tuple | None, on_resumed
               ) -> tuple[str, int, str]:
-        """Start the actors and run the mode's driver to its end; (outcome, exit code, stop reason)."""
+        """Start the actors and run the mode's driver to its end; (outcome, exit code, stop reason). A signal
+        that came while they started stops the run before it takes its first step (`signals`: the run's
+        StopSignals)."""
         from fasync.drivers import driver_for
         from fasync.drivers.common import Run
         from fasync.launch.signals import EXIT_CODE
@@ -398,6 +401,7 @@ class _Training:
             starting = Run(self.resolved, factory, self.directory, progress, engines=engines, resume=found,
                            resume_state=state, eval_prompts=eval_prompts)
             starting.start()
+            signals.raise_swallowed()
             self.run = run = starting
             self.driver = driver_for(run)
             if on_resumed is not None:

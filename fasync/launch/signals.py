@@ -7,6 +7,9 @@ path then runs its graceful steps (`graceful`: ending the actors) where a furthe
 steps still to come; writing the summary and shutting the local cluster down are never interrupted, so
 that every stop leaves a summary and no process behind.
 
+Where Python cannot raise (a signal that comes while it runs a weakref callback or a `__del__`, as ray.init's
+imports do), the Stop is kept, and `fasync train` raises it once Ray has started and once the actors have.
+
 A scheduler stops a job with a SIGTERM to its whole process group. The local Ray cluster's own processes (the
 GCS, the raylet, its agents) start in a session of their own (`ray_processes_in_their_own_session`), so that
 the signal reaches the driver alone: the clean stop it asks for still has the cluster to finish on, however long
@@ -55,16 +58,39 @@ class StopSignals:
         self._stopping = False
         self._received_at_stop = 0
         self._previous: dict[int, object] = {}
+        self._previous_unraisable = None
+        self._swallowed: Stop | None = None
 
     def install(self) -> None:
         """Take SIGINT and SIGTERM (again: `ray.init` puts its own SIGTERM handler in, which exits 15)."""
         for signum in STOP_SIGNALS:
             previous = signal.signal(signum, self._handle)
             self._previous.setdefault(signum, previous)
+        if self._previous_unraisable is None:
+            self._previous_unraisable = sys.unraisablehook
+            sys.unraisablehook = self._unraisable
 
     def restore(self) -> None:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
+        if self._previous_unraisable is not None:
+            sys.unraisablehook = self._previous_unraisable
+            self._previous_unraisable = None
+
+    def _unraisable(self, unraisable) -> None:
+        """A signal that came while Python ran a weakref callback or a `__del__` (ray.init's imports run
+        importlib's) raised its Stop where Python cannot raise: Python prints it and goes on, and the stop
+        was lost (a Ctrl-C during Ray's start-up then left the run training). Keep it for `raise_swallowed`."""
+        if isinstance(unraisable.exc_value, Stop):
+            self._swallowed = unraisable.exc_value
+        else:
+            self._previous_unraisable(unraisable)
+
+    def raise_swallowed(self) -> None:
+        """Raise the Stop that Python could not raise where its signal came (`_unraisable`), if there was one."""
+        stop, self._swallowed = self._swallowed, None
+        if stop is not None:
+            raise stop
 
     def _handle(self, signum: int, frame) -> None:
         self.received.append(signum)

@@ -250,6 +250,41 @@ def test_a_signal_during_the_stop_skips_the_graceful_steps_and_nothing_else():
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_a_signal_that_comes_where_python_cannot_raise_is_kept_and_raised_later(monkeypatch):
+    """A Ctrl-C during Ray's start-up that came while importlib ran a weakref callback was printed as "Exception
+    ignored" and lost: the run went on training (CI, stop 39). A `__del__` is such a place too."""
+    import os
+    import signal
+    import sys
+
+    from fasync.launch.signals import Stop, StopSignals
+
+    class SignalledWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)  # the handler runs here, inside __del__
+
+    class FailsWhileCollected:
+        def __del__(self):
+            raise ValueError("not a stop")
+
+    printed = []  # Python's own hook prints what cannot be raised; this one keeps it
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: printed.append(unraisable.exc_value))
+    signals = StopSignals(lambda message: None)
+    signals.install()
+    try:
+        SignalledWhileCollected()  # collected at once: no reference is kept
+        FailsWhileCollected()
+        with pytest.raises(Stop) as stopped:
+            signals.raise_swallowed()
+        signals.raise_swallowed()  # raised once
+    finally:
+        signals.restore()
+    assert stopped.value.signum == signal.SIGINT and signals.received == [signal.SIGINT]
+    assert [type(error) for error in printed] == [ValueError]  # other failures go where they went before
+    assert sys.unraisablehook is not signals._unraisable
+
+
 def test_the_first_signal_of_a_started_run_asks_it_to_stop_cleanly_and_a_second_stops_it_now():
     import os
     import signal
