@@ -290,7 +290,7 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
     `ray start` or RAY_ADDRESS left around, which `ray.init` would join and then refuse the CPU count for."""
     import ray
 
-    from fasync.launch.signals import ray_processes_in_their_own_session
+    from fasync.launch import local_cluster
 
     common = {"logging_level": "WARNING", "log_to_driver": True}
     if cfg.resources.ray_address:
@@ -298,11 +298,10 @@ def start_ray(cfg: FasyncConfig, plan: ResourcePlan) -> None:
         return
     # Ray notes that a new local cluster takes token authentication, its default: not the user's to act on.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    # A process-group SIGTERM (a scheduler's stop) reaches the driver only, which stops cleanly on the cluster.
     # The cluster's processes take the workers' environment from the driver's as ray.init starts them, rather
     # than from the job's runtime environment, whose agent sets up every actor's worker first: the actors were
     # ready in 3 s instead of 6-10 s (issue 31 §5, docs/benchmarks.md#start-up-and-footprint).
-    with ray_processes_in_their_own_session(), _environment(_worker_env()):
+    with local_cluster.as_a_run_needs(), _environment(_worker_env()):
         ray.init(address="local", num_cpus=plan.local_cluster_cpus(), num_gpus=cfg.resources.num_gpus or 0,
                  include_dashboard=False, **common)
     kill_point("ray_start")

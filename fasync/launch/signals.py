@@ -11,7 +11,7 @@ Where Python cannot raise (a signal that comes while it runs a weakref callback 
 imports do), the Stop is kept, and `fasync train` raises it once Ray has started and once the actors have.
 
 A scheduler stops a job with a SIGTERM to its whole process group. The local Ray cluster's own processes (the
-GCS, the raylet, its agents) start in a session of their own (`ray_processes_in_their_own_session`), so that
+GCS, the raylet, its agents) start in a session of their own (fasync.launch.local_cluster), so that
 the signal reaches the driver alone: the clean stop it asks for still has the cluster to finish on, however long
 the rollout in progress takes. (They still end with the driver: Ray ties the GCS and the raylet to it, and the
 reaper, fasync.launch.reaper, ends the rest.)
@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from fasync.exit_codes import ExitCode
 
@@ -131,28 +130,3 @@ class StopSignals:
             return False
         finally:
             self._raise = False
-
-
-@contextmanager
-def ray_processes_in_their_own_session() -> Iterator[None]:
-    """While in effect, the processes Ray starts for a local cluster (`ray.init` starts each of them through
-    `ray._private.services.ConsolePopen`) start in a new session, out of the driver's process group. Ray's
-    workers are the raylet's children, so they are out of it too. Where Ray starts them otherwise (Windows, or
-    a Ray without that class), they start as Ray starts them."""
-    from ray._private import services
-
-    popen = getattr(services, "ConsolePopen", None)
-    if popen is None or sys.platform == "win32":
-        yield
-        return
-
-    class InOwnSession(popen):
-        def __init__(self, *args, **kwargs):
-            kwargs["start_new_session"] = True
-            super().__init__(*args, **kwargs)
-
-    services.ConsolePopen = InOwnSession
-    try:
-        yield
-    finally:
-        services.ConsolePopen = popen
