@@ -107,6 +107,25 @@ def warm_start(directory: Path, dataset: Path, steps: int, seed: int = 0) -> lis
     return losses
 
 
+def answer_lengths(directory: Path, dataset: Path, length: int, count: int = 8) -> list[int | None]:
+    """The greedy completions of the model in `directory` to the first `count` prompts whose answers are `length`
+    digits: the tokens each takes before `</s>` (None: no `</s>` within twice the length)."""
+    import torch
+    import transformers
+
+    from fasync.model.tokenizer import HFTokenizer
+
+    tokenizer, model = HFTokenizer(str(directory)), transformers.LlamaForCausalLM.from_pretrained(directory)
+    rows = [row for row in map(json.loads, dataset.read_text().splitlines()) if len(row["label"]) == length][:count]
+    found = []
+    for row in rows:
+        prompt = torch.tensor([tokenizer.format_prompt(row["prompt"])])
+        completion = model.generate(prompt, max_new_tokens=2 * length, do_sample=False,
+                                    pad_token_id=tokenizer.pad_id)[0, prompt.shape[1]:].tolist()
+        found.append(completion.index(tokenizer.eos_id) if tokenizer.eos_id in completion else None)
+    return found
+
+
 def decode_step_costs(config: Path, rows: tuple[int, ...] = STEP_ROWS) -> dict[int, float]:
     """Milliseconds per decode step of vLLM's engine on the runs' model, at each batch of `rows` requests, in this
     process on one thread, built as the runs build theirs (`VLLMEngine`): what a step costs beyond its rows is what
@@ -266,6 +285,11 @@ def main() -> int:
         model = write_model(out / "model")
         dataset = LONG_TAIL.write_dataset(out / "long-tail.jsonl")
         losses = warm_start(model, dataset, args.warm_start) if args.warm_start else []
+        if args.warm_start and set(found := answer_lengths(model, dataset, LONG_TAIL.short)) != {LONG_TAIL.short}:
+            # The lengths would measure when each run learns to stop, not the scheduling: nothing to publish.
+            print(f"the warm start did not teach the model to stop after {LONG_TAIL.short}-digit answers (greedy "
+                  f"answers of {found} tokens; losses {losses}): raise --warm-start", file=sys.stderr)
+            return 1
         config = base_config(out / "base.yaml", model, dataset, args.rollouts, args.lr)
         chosen, names = scenario(dataset, args.rollouts), {str(dataset): dataset.name, str(model): "tiny-llama"}
         warm = long_tail_start(args, losses)
