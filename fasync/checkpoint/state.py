@@ -20,7 +20,7 @@ import torch
 
 from fasync.atomic import RunFileError, describe_os_error, run_file_error
 from fasync.checkpoint import TRAINER, Checkpoint, CheckpointError
-from fasync.checkpoint.safe_load import dcp_load, load_state
+from fasync.checkpoint.safe_load import check_metadata, dcp_load, load_state
 
 
 def capture_rngs() -> dict:
@@ -168,6 +168,19 @@ def load_driver_state(checkpoint: Checkpoint, types: Sequence = ()) -> dict:
         return load_state(checkpoint.path / DRIVER, types)
     except _failures() as error:
         raise _unreadable(checkpoint.path, DRIVER, error) from error
+
+
+def check_trainer_files(checkpoint: Checkpoint) -> None:
+    """Read the trainer's small pickles (DCP's .metadata and every rank-R.pt) as `load_trainer` will, so that a
+    crafted or damaged one is refused before a resume starts Ray and the actors. The shards' tensors are left to
+    `load_trainer`: reading them here would cost as much as the load itself."""
+    directory = checkpoint.path / TRAINER
+    try:
+        check_metadata(directory)
+        for rank_file in sorted(directory.glob("rank-*.pt")):
+            load_state(rank_file)
+    except _failures() as error:
+        raise _unreadable(checkpoint.path, "the trainer state", error) from error
 
 
 def load_policy(cfg, checkpoint: Checkpoint):

@@ -163,10 +163,12 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         found, failed = _checkpoint_to_resume(directory, changes)
         if failed is not None:
             return failed
-        from fasync.checkpoint.state import load_driver_state
+        from fasync.checkpoint.state import check_trainer_files, load_driver_state
         from fasync.drivers import driver_state_types
 
-        state = load_driver_state(found, driver_state_types())  # a corrupt driver.pt fails here, before Ray starts
+        # A crafted or damaged driver.pt, .metadata or rank-R.pt fails here, before Ray starts.
+        state = load_driver_state(found, driver_state_types())
+        check_trainer_files(found)
         resolved = resolve(cfg, model)
         data = build_data(resolved, started_from or directory)
         if data is None:

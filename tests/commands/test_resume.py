@@ -140,6 +140,8 @@ def test_a_partial_or_corrupt_checkpoint_is_one_clear_line(finished_run, tmp_pat
     assert result.returncode == 1, result.stdout + result.stderr
     assert expected in result.stdout and newest.name in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+    # Every file but the shards' tensors is read before Ray starts.
+    assert ("starting a local Ray cluster" in result.stdout) == (expected == "the trainer state cannot be read")
     # Issue 32 §5.4: the finished run's summary is not replaced by the failed resume's.
     assert (out / "summary.json").read_text() == summary
 
@@ -173,6 +175,7 @@ def test_a_crafted_checkpoint_file_is_refused_on_resume_and_runs_nothing(finishe
     assert not marker.exists()
     assert f"{newest / part}: refers to posix.system" in result.stdout and "could run code" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+    assert "starting a local Ray cluster" not in result.stdout  # refused before Ray and the actors start
 
 
 @pytest.mark.ray
