@@ -52,10 +52,12 @@ def wait_until_dead(ray, handle, timeout_s: float = 30) -> None:
     """`ray.kill` only asks: a call made just after it can still reach the actor and succeed (one did in a full
     run of the suite)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while (left_s := deadline - time.monotonic()) > 0:
         try:
-            ray.get(handle.__ray_ready__.remote(), timeout=timeout_s)
+            ray.get(handle.__ray_ready__.remote(), timeout=left_s)
         except ray.exceptions.RayActorError:
             return
+        except ray.exceptions.GetTimeoutError:  # neither dead nor answering by the deadline: said below
+            break
         time.sleep(0.05)
     raise AssertionError(f"the actor was still alive {timeout_s} s after ray.kill")
