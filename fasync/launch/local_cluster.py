@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 
 
 @contextmanager
 def as_a_run_needs() -> Iterator[None]:
     """Both adjustments below, for the `ray.init` that starts a run's local cluster."""
-    with ExitStack() as stack:
-        stack.enter_context(ray_processes_in_their_own_session())
-        stack.enter_context(without_unused_head_processes())
+    with ray_processes_in_their_own_session(), without_unused_head_processes():
         yield
 
 

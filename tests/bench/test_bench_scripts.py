@@ -230,7 +230,8 @@ def test_the_vllm_interruptions_table_counts_resumed_groups_and_pauses_per_drain
 def test_the_vllm_long_tail_warm_start_trains_the_answers_and_the_bench_checks_where_they_end(tmp_path):
     """The warm start trains the model on the answers and saves it. Whether its 301 steps teach the model to end a
     short answer where the data does (what makes the runs' lengths follow the data), the bench checks on every
-    run, before it measures (`answer_lengths`, a minute of training here): a random model does not."""
+    run, before it measures (`answer_lengths`), so that this test need not train for that minute: here, that a
+    random model fails the check."""
     pytest.importorskip("transformers")
     import torch
     import transformers
