@@ -39,7 +39,7 @@ class DriverState:
     factory: dict
     """The data cursor (`GroupFactory.state_dict`)."""
     rngs: dict
-    """The driver's own RNGs (`fasync.checkpoint.state.capture_rngs`)."""
+    """The driver's own RNGs (`fasync.checkpoint.driver_file.capture_plain_rngs`)."""
     engine_rngs: list
     mode: dict
     """The mode's part (`ModeCheckpoint.state`)."""
@@ -149,7 +149,7 @@ class RunCheckpoints:
 
     def _write(self, temp: Path, reason: str, standing: Standing, mode: ModeCheckpoint) -> None:
         """The journal up to the checkpoint, the trainer's part, and driver.pt, into `temp`."""
-        from fasync.checkpoint.state import capture_rngs, save_state
+        from fasync.checkpoint.driver_file import capture_plain_rngs, save_driver_state
 
         self.journal.write(mode.journal)
         self.journal.write(mode.ledger.take_journal())
@@ -163,19 +163,19 @@ class RunCheckpoints:
         state = DriverState(
             step=standing.step, rollout=standing.rollout, version=standing.version, clock=standing.clock,
             ledger=mode.ledger.as_dict(), recent_rewards=standing.recent_rewards, signal=standing.signal,
-            factory=self.factory.state_dict(), rngs=capture_rngs(), engine_rngs=engine_rngs, mode=mode.state,
+            factory=self.factory.state_dict(), rngs=capture_plain_rngs(), engine_rngs=engine_rngs, mode=mode.state,
             metrics_bytes=self.writer.size, journal_bytes=self.journal.size, wall_time=self.writer.elapsed)
-        save_state(state.as_dict(), temp / checkpoint.DRIVER)
+        save_driver_state(state.as_dict(), temp / checkpoint.DRIVER)
 
     def restore(self, resumed: checkpoint.Checkpoint, state: DriverState) -> None:
         """Take up `resumed` outside the driver's counters: the trainer's state, the data cursor, the RNGs, and
         the logs cut back to where the checkpoint was taken (what came after is kept beside them)."""
-        from fasync.checkpoint.state import restore_rngs
+        from fasync.checkpoint.driver_file import restore_plain_rngs
 
         with trainer_errors():
             self.trainer.load_checkpoint(resumed.path)
         self.factory.load_state_dict(state.factory)
-        restore_rngs(state.rngs)
+        restore_plain_rngs(state.rngs)
         ray.get([engine.set_rng_state.remote(rng) for engine, rng in zip(self.engines, state.engine_rngs)])
         marker = {"step": state.step, "rollout": state.rollout, "checkpoint": resumed.path.name}
         self.writer.resume(state.metrics_bytes, state.wall_time, marker)

@@ -6,9 +6,11 @@ for: a crafted run directory could run a command during `fasync export` or `--re
 them is read by a restricted unpickler that builds only the types a fasync checkpoint holds, and a file
 that asks for anything else is refused, naming the file and what it asked for:
 
-- driver.pt and rank-R.pt: `torch.load(weights_only=True)` with `Counter` and the numpy array of numpy's RNG
-  state allowed, and for driver.pt the drivers' own plain data classes, which the caller names
+- driver.pt: a plain pickle read without torch (`fasync.checkpoint.driver_file`), with `Counter`, the numpy
+  array of numpy's RNG state and the drivers' own plain data classes allowed, which the caller names
   (`fasync.drivers.driver_state_types`: this package sits below the drivers and knows none of them);
+- rank-R.pt, and a driver.pt written before that format: `torch.load(weights_only=True)` with the same types
+  allowed (`load_state`);
 - trainer/.metadata: DCP reads it with `pickle.load`, so it is unpickled first with only DCP's metadata
   records allowed (`_METADATA_TYPES`), before DCP reads it;
 - DCP's stored values (`torch.load(weights_only=False)` in DCP's planner): each is unpickled first with
@@ -22,23 +24,14 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from fasync.checkpoint import CheckpointError
-
-
-def state_types() -> list:
-    """The types every checkpoint state file may hold beyond plain values and tensors: counters and numpy's RNG
-    state (a uint32 array)."""
-    numpy_array = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype(np.uint32))]
-    return [Counter, *numpy_array]
-
+from fasync.checkpoint.driver_file import RefusedPickle, refusal, state_types
 
 _METADATA_TYPES = {
     "torch.distributed.checkpoint.metadata": {"Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
@@ -53,19 +46,8 @@ _METADATA_TYPES = {
 """What DCP's .metadata pickles: its records, tensor sizes, dtypes and layouts, and the checkpoint's path."""
 
 
-class RefusedPickle(pickle.UnpicklingError):
-    """A checkpoint file asked for a type no fasync checkpoint holds."""
-
-
-def _refusal(path: Path, what: str) -> CheckpointError:
-    return CheckpointError(
-        f"{path}: refers to {what}, which no fasync checkpoint holds, so it is not loaded (loading it could run "
-        "code); resume or export only run directories that you or fasync wrote, or delete this checkpoint to use "
-        "the one before")
-
-
 def load_state(path: Path, types: Sequence = ()) -> dict:
-    """driver.pt or a rank-R.pt, read with only `state_types` and `types` allowed. Raises CheckpointError naming
+    """A rank-R.pt (or a driver.pt torch.save wrote), read with only `state_types` and `types` allowed. Raises CheckpointError naming
     the file when it asks for anything else; OSError and unpickling errors of a damaged file as they are."""
     with torch.serialization.safe_globals([*state_types(), *types]):
         try:
@@ -73,7 +55,7 @@ def load_state(path: Path, types: Sequence = ()) -> dict:
         except pickle.UnpicklingError as error:
             unsafe = _unsafe_globals(path)
             if unsafe:
-                raise _refusal(path, ", ".join(unsafe)) from error
+                raise refusal(path, ", ".join(unsafe)) from error
             raise
 
 
@@ -101,7 +83,7 @@ def check_metadata(directory: Path) -> None:
     try:
         metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
     except RefusedPickle as error:
-        raise _refusal(path, str(error)) from error
+        raise refusal(path, str(error)) from error
     except OSError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever a damaged pickle raises, it is a damaged file

@@ -9,31 +9,28 @@ Under ddp the state is replicated and DCP writes one copy.
 
 from __future__ import annotations
 
-import random
 import warnings
-from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from fasync.atomic import RunFileError, describe_os_error, run_file_error
 from fasync.checkpoint import TRAINER, Checkpoint, CheckpointError
+from fasync.checkpoint.driver_file import capture_plain_rngs, restore_plain_rngs
 from fasync.checkpoint.safe_load import check_metadata, dcp_load, load_state
 
 
 def capture_rngs() -> dict:
     """This process's python, numpy and torch (and CUDA) generators."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    state = {**capture_plain_rngs(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def restore_rngs(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    restore_plain_rngs(state)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -123,7 +120,7 @@ def _full_disk(directory: Path) -> OSError | None:
 
 
 def save_state(value: dict, path: Path) -> None:
-    """driver.pt or a rank-R.pt, as `load_state` reads it back. Serialized in memory and written by Python, so
+    """A rank-R.pt, as `load_state` reads it back. Serialized in memory and written by Python, so
     that a full disk raises OSError (torch.save's own writer says only "unexpected pos")."""
     import io
 
@@ -158,16 +155,6 @@ def load_trainer(trainer, checkpoint_dir: Path) -> None:
     trainer.rollouts, trainer.steps = extra["rollouts"], extra["steps"]
     if own.is_file():
         restore_rngs(extra["rngs"])
-
-
-def load_driver_state(checkpoint: Checkpoint, types: Sequence = ()) -> dict:
-    """driver.pt, with the drivers' own data classes `types` (`fasync.drivers.driver_state_types`) allowed."""
-    from fasync.checkpoint import DRIVER
-
-    try:
-        return load_state(checkpoint.path / DRIVER, types)
-    except _failures() as error:
-        raise _unreadable(checkpoint.path, DRIVER, error) from error
 
 
 def check_trainer_files(checkpoint: Checkpoint) -> None:

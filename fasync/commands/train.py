@@ -163,7 +163,8 @@ def resume_run(directory: Path, config_path: str | None, overrides: Sequence[str
         found, failed = _checkpoint_to_resume(directory, changes)
         if failed is not None:
             return failed
-        from fasync.checkpoint.state import check_trainer_files, load_driver_state
+        from fasync.checkpoint.driver_file import load_driver_state
+        from fasync.checkpoint.state import check_trainer_files
         from fasync.drivers import driver_state_types
 
         # A crafted or damaged driver.pt, .metadata or rank-R.pt fails here, before Ray starts.

@@ -70,9 +70,9 @@ class RolloutEngine(ABC):
         backend cannot read its weights back in the trainer's layout, and only the served version is checked."""
         return None
 
-    def rng_state(self):
-        """The sampling stream's state, for a checkpoint; None when the backend cannot save it (a resume
-        then continues with a fresh stream from the engine's seed)."""
+    def rng_state(self) -> bytes | None:
+        """The sampling stream's state as bytes, for a checkpoint (driver.pt holds no tensors); None when the
+        backend cannot save it (a resume then continues with a fresh stream from the engine's seed)."""
         return None
 
     def set_rng_state(self, state) -> None:  # noqa: B027 - a backend without a savable stream keeps this

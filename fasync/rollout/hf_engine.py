@@ -46,12 +46,15 @@ class HFEngine(RolloutEngine):
         """The contexts the last call left unfinished (all but their newest token), as the loaded weights
         computed them: a call that continues one skips its prefill, as a prefix cache would."""
 
-    def rng_state(self):
-        return self.generator.get_state()
+    def rng_state(self) -> bytes:
+        # Bytes, not the generator's uint8 tensor: the driver keeps it in driver.pt without importing torch.
+        return self.generator.get_state().numpy().tobytes()
 
     def set_rng_state(self, state) -> None:
+        """What `rng_state` returned; a checkpoint written before it returned bytes holds the tensor itself."""
         if state is not None:
-            self.generator.set_state(state)
+            self.generator.set_state(state if isinstance(state, torch.Tensor) else
+                                     torch.frombuffer(bytearray(state), dtype=torch.uint8))
 
     def _load_state_dict(self, state_dict: dict) -> None:
         self.model.load_state_dict(state_dict)

@@ -23,8 +23,9 @@ from mounts import fasync_on_a_full_disk, python_on_a_full_disk
 from sections import tiny_sections
 
 from fasync import checkpoint
+from fasync.checkpoint.driver_file import capture_plain_rngs, load_driver_state, save_driver_state
 from fasync.checkpoint.safe_load import dcp_load, load_state
-from fasync.checkpoint.state import capture_rngs, load_driver_state
+from fasync.checkpoint.state import capture_rngs
 from fasync.drivers import driver_state_types
 from fasync.drivers.generation import RolloutBatch
 from fasync.metrics.signal import LearningSignal
@@ -49,7 +50,8 @@ def driver_state() -> dict:
                         [Sample(GroupId(3, 1), [1, 2], [3], [-0.5], [0], 1.0, "321", "3", "stop", 0.25)], 3)
     signal = LearningSignal()
     signal.warned.add("entropy_collapse_streak")
-    return {"step": 2, "signal": signal, "rngs": capture_rngs(), "engine_rngs": [torch.Generator().get_state()],
+    return {"step": 2, "signal": signal, "rngs": capture_plain_rngs(),
+            "engine_rngs": [torch.Generator().get_state().numpy().tobytes()],
             "factory": {"rng": random.Random(1).getstate(), "draws": 4},
             "mode": {"generated": [(2, RolloutBatch([group], 0.5, 1, Counter(stale=2)))],
                      "rollouter": {"waiting": [group], "in_flight": [], "retry": []}}}
@@ -71,7 +73,7 @@ def run_dir(tmp_path) -> Path:
     dcp.save({"model": model.state_dict(), "hyper": {"lr": 0.1, "betas": (0.9, 0.99)}},
              checkpoint_id=str(temp / checkpoint.TRAINER))
     torch.save({"rollouts": 1, "steps": 2, "rngs": capture_rngs()}, temp / checkpoint.TRAINER / "rank-0.pt")
-    torch.save(driver_state(), temp / checkpoint.DRIVER)
+    save_driver_state(driver_state(), temp / checkpoint.DRIVER)
     checkpoint.commit(temp, checkpoint.CheckpointMeta(step=2, rollout=1, weight_version=1), keep=2)
     return run
 
@@ -92,20 +94,68 @@ def test_an_honest_checkpoint_of_every_mode_loads(run_dir):
     assert hyper == {"hyper": {"lr": 0.1, "betas": (0.9, 0.99)}}
 
 
-def test_an_async_driver_state_pickled_before_rolloutbatch_moved_still_loads(run_dir, monkeypatch):
+@pytest.mark.parametrize("save", [save_driver_state, torch.save], ids=["plain pickle", "torch.save (before)"])
+def test_an_async_driver_state_pickled_before_rolloutbatch_moved_still_loads(run_dir, monkeypatch, save):
     monkeypatch.setattr(RolloutBatch, "__module__", "fasync.drivers.common")
-    torch.save(driver_state(), newest(run_dir) / "driver.pt")
+    save(driver_state(), newest(run_dir) / "driver.pt")
     monkeypatch.undo()
     assert load_driver_state(checkpoint.latest(run_dir), driver_state_types())["mode"] == driver_state()["mode"]
 
 
-@pytest.mark.parametrize("part", ["driver.pt", "trainer/rank-0.pt"])
-def test_a_crafted_state_file_is_refused_and_runs_nothing(run_dir, tmp_path, part):
+def test_a_driver_state_written_by_torch_save_before_the_plain_format_still_loads(run_dir):
+    """driver.pt of a checkpoint taken before driver.pt became a plain pickle: torch.save's archive, with the
+    driver's torch generator and the engines' generator states as tensors, as they were then."""
+    old = {**driver_state(), "rngs": capture_rngs(), "engine_rngs": [torch.Generator().manual_seed(5).get_state()]}
+    torch.save(old, newest(run_dir) / "driver.pt")
+    state = load_driver_state(checkpoint.latest(run_dir), driver_state_types())
+    assert state["mode"] == driver_state()["mode"] and torch.equal(state["engine_rngs"][0], old["engine_rngs"][0])
+
+
+def test_the_driver_state_and_its_load_never_import_torch(tmp_path):
+    """The driver process never imports torch (0.2 GiB and over a second): driver.pt is written and read back
+    in a fresh process that has not imported it, with an engine's sampling stream as the engines now send it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from fasync.checkpoint import Checkpoint\n"
+        "from fasync.checkpoint.driver_file import capture_plain_rngs, load_driver_state, save_driver_state\n"
+        "from fasync.drivers import driver_state_types\n"
+        "path = Path(sys.argv[1])\n"
+        "save_driver_state({'step': 3, 'rngs': capture_plain_rngs(), 'engine_rngs': [bytes(range(16))]},"
+        " path / 'driver.pt')\n"
+        "state = load_driver_state(Checkpoint(path, {}), driver_state_types())\n"
+        "print(state['step'], state['engine_rngs'][0] == bytes(range(16)), 'torch' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                            cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["3", "True", "False"]
+
+
+def test_an_engine_sampling_stream_goes_through_driver_pt_as_bytes_and_comes_back(tmp_path):
+    from fasync.rollout.hf_engine import HFEngine
+
+    engine = HFEngine(torch.nn.Linear(1, 1), pad_id=0, seed=3)
+    saved = engine.rng_state()
+    expected = torch.rand(4, generator=engine.generator)
+    engine.set_rng_state(saved)
+    assert isinstance(saved, bytes) and torch.equal(torch.rand(4, generator=engine.generator), expected)
+
+
+@pytest.mark.parametrize("part, save", [("driver.pt", save_driver_state), ("driver.pt", torch.save),
+                                        ("trainer/rank-0.pt", torch.save)],
+                         ids=["driver.pt", "driver.pt by torch.save (before)", "trainer/rank-0.pt"])
+def test_a_crafted_state_file_is_refused_and_runs_nothing(run_dir, tmp_path, part, save):
     marker = tmp_path / "ran"
     path = newest(run_dir) / part
-    torch.save({"step": 2, "rngs": Payload(marker)}, path)
+    save({"step": 2, "rngs": Payload(marker)}, path)
     with pytest.raises(checkpoint.CheckpointError) as raised:
-        load_state(path)
+        if part == "driver.pt":
+            load_driver_state(checkpoint.latest(run_dir), driver_state_types())
+        else:
+            load_state(path)
     message = str(raised.value)
     assert not marker.exists()
     assert str(path) in message and "system" in message and "could run code" in message and "\n" not in message
@@ -206,9 +256,10 @@ def test_a_full_disk_under_the_trainer_checkpoint_says_so_with_the_path(tmp_path
     assert result.stdout.count("\n") == 1 and "Traceback" not in result.stderr
 
 
-def test_a_state_file_written_onto_a_full_disk_raises_the_os_error():
+@pytest.mark.parametrize("save", ["driver.pt", "rank-R.pt"])
+def test_a_state_file_written_onto_a_full_disk_raises_the_os_error(save):
     from fasync.checkpoint.state import save_state
 
     with pytest.raises(OSError) as raised:
-        save_state(driver_state(), Path("/dev/full"))
+        (save_driver_state if save == "driver.pt" else save_state)(driver_state(), Path("/dev/full"))
     assert raised.value.errno == errno.ENOSPC

@@ -149,7 +149,7 @@ def test_a_kill_mid_trajectory_resumes_the_trajectories_in_flight_with_an_exact_
     import yaml
 
     from fasync import checkpoint
-    from fasync.checkpoint.state import load_driver_state
+    from fasync.checkpoint.driver_file import load_driver_state
     from fasync.drivers import driver_state_types
 
     km = matrix()

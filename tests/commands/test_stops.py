@@ -252,7 +252,7 @@ def test_after_sigkill_of_the_driver_nothing_of_its_cluster_runs_for_more_than_a
 @pytest.mark.parametrize("actor, named", [("TrainerActor", "trainer rank 0"), ("EngineActor", "engine 0")])
 def test_a_killed_actor_fails_the_run_within_seconds_naming_it_and_the_ledger_is_honest(tmp_path, actor, named):
     from fasync import checkpoint
-    from fasync.checkpoint.state import load_driver_state
+    from fasync.checkpoint.driver_file import load_driver_state
     from fasync.drivers import driver_state_types
 
     run = Train(tmp_path, checkpoint={"every": 2})
