@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import pickle
 import random
-import zipfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -82,6 +81,10 @@ def _allowed(types: Sequence) -> dict[tuple[str, str], type]:
     return allowed
 
 
+TORCH_SAVE_MAGIC = b"PK\x03\x04"
+"""How a driver.pt that torch.save wrote (a zip archive) begins; a pickle begins with its protocol's opcode."""
+
+
 def save_driver_state(state: dict, path: Path) -> None:
     """driver.pt, as `load_driver_state` reads it back; a full disk raises OSError."""
     # Protocol 4: numpy's RNG state array pickles through `state_types`' reconstructor (protocol 5 would name
@@ -94,11 +97,12 @@ def load_driver_state(checkpoint: Checkpoint, types: Sequence = ()) -> dict:
     allowed. CheckpointError naming the file when it is missing, damaged or asks for anything else."""
     path = checkpoint.path / DRIVER
     try:
-        if zipfile.is_zipfile(path):  # written by torch.save, before this format
+        data = path.read_bytes()
+        if data.startswith(TORCH_SAVE_MAGIC):
             from fasync.checkpoint.safe_load import load_state
 
             return load_state(path, types)
-        state = _StateUnpickler(path.read_bytes(), _allowed(types)).load()
+        state = _StateUnpickler(data, _allowed(types)).load()
     except RefusedPickle as error:
         raise refusal(path, str(error)) from error
     except CheckpointError:

@@ -47,8 +47,9 @@ _METADATA_TYPES = {
 
 
 def load_state(path: Path, types: Sequence = ()) -> dict:
-    """A rank-R.pt (or a driver.pt torch.save wrote), read with only `state_types` and `types` allowed. Raises CheckpointError naming
-    the file when it asks for anything else; OSError and unpickling errors of a damaged file as they are."""
+    """A rank-R.pt (or a driver.pt that torch.save wrote), read with only `state_types` and `types` allowed.
+    Raises CheckpointError naming the file when it asks for anything else; OSError and unpickling errors of a
+    damaged file as they are."""
     with torch.serialization.safe_globals([*state_types(), *types]):
         try:
             return torch.load(path, weights_only=True)
