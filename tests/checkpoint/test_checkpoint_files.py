@@ -1,7 +1,8 @@
 """A checkpoint's files read as data, never as code (fasync/checkpoint/safe_load.py), and `fasync export`:
 a crafted driver.pt, rank file, DCP .metadata or stored value is refused with one line naming the file and
 runs nothing; an honest checkpoint of every mode loads (including async ones written before RolloutBatch
-moved); an export never overwrites a directory that is not an earlier export, lists only what it wrote and
+moved, and driver.pt files that torch.save wrote); driver.pt is written and read without importing torch, and
+an engine's sampling stream goes through it as bytes; an export never overwrites a directory that is not an earlier export, lists only what it wrote and
 says so when the disk is full; a damaged .metadata and a full disk under the trainer's checkpoint are one
 line each."""
 
