@@ -18,20 +18,13 @@ from __future__ import annotations
 import io
 import pickle
 import random
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from fasync.checkpoint import DRIVER, Checkpoint, CheckpointError
-
-
-def state_types() -> list:
-    """The types every checkpoint state file may hold beyond plain values: counters and numpy's RNG state (a
-    uint32 array)."""
-    numpy_array = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype(np.uint32))]
-    return [Counter, *numpy_array]
+from fasync.checkpoint.pickles import RefusedPickle, refusal, state_types
 
 
 def capture_plain_rngs() -> dict:
@@ -45,17 +38,6 @@ def restore_plain_rngs(state: dict) -> None:
     generator, which the driver never drew from: it is left alone."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-
-
-class RefusedPickle(pickle.UnpicklingError):
-    """A checkpoint file asked for a type no fasync checkpoint holds."""
-
-
-def refusal(path: Path, what: str) -> CheckpointError:
-    return CheckpointError(
-        f"{path}: refers to {what}, which no fasync checkpoint holds, so it is not loaded (loading it could run "
-        "code); resume or export only run directories that you or fasync wrote, or delete this checkpoint to use "
-        "the one before")
 
 
 class _StateUnpickler(pickle.Unpickler):

@@ -31,7 +31,7 @@ import torch
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from fasync.checkpoint import CheckpointError
-from fasync.checkpoint.driver_file import RefusedPickle, refusal, state_types
+from fasync.checkpoint.pickles import RefusedPickle, refusal, state_types
 
 _METADATA_TYPES = {
     "torch.distributed.checkpoint.metadata": {"Metadata", "MetadataIndex", "StorageMeta", "TensorProperties",
