@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fasync.checkpoint import DRIVER, Checkpoint, CheckpointError
-from fasync.checkpoint.pickles import RefusedPickle, refusal, state_types
+from fasync.checkpoint.pickles import RefusedPickle, describe_failure, refusal, state_types, unreadable
 
 
 def capture_plain_rngs() -> dict:
@@ -90,13 +90,7 @@ def load_driver_state(checkpoint: Checkpoint, types: Sequence = ()) -> dict:
     except CheckpointError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever a missing or damaged file raises, it cannot be read
-        from fasync.atomic import describe_os_error
-
-        problem = describe_os_error(error.filename or path, error) if isinstance(error, OSError) else \
-            f"{type(error).__name__}: {error}".splitlines()[0]
-        raise CheckpointError(f"checkpoint {checkpoint.path}: {DRIVER} cannot be read ({problem}); delete the "
-                              "directory to use the one before") from error
+        raise unreadable(checkpoint.path, DRIVER, describe_failure(error, path)) from error
     if not isinstance(state, dict):
-        raise CheckpointError(f"checkpoint {checkpoint.path}: {DRIVER} cannot be read (it holds a "
-                              f"{type(state).__name__}); delete the directory to use the one before")
+        raise unreadable(checkpoint.path, DRIVER, f"it holds a {type(state).__name__}")
     return state

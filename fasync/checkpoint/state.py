@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from fasync.atomic import RunFileError, describe_os_error, run_file_error
+from fasync.atomic import RunFileError, run_file_error
 from fasync.checkpoint import TRAINER, Checkpoint, CheckpointError
 from fasync.checkpoint.driver_file import capture_plain_rngs, restore_plain_rngs
+from fasync.checkpoint.pickles import describe_failure, unreadable
 from fasync.checkpoint.safe_load import check_metadata, dcp_load, load_state
 
 
@@ -67,14 +68,6 @@ def _cause(error: BaseException) -> BaseException:
     return error
 
 
-def _describe(error: BaseException, path: Path) -> str:
-    """One line for what reading or writing the checkpoint file(s) at `path` raised."""
-    if isinstance(error, OSError):
-        return describe_os_error(error.filename or path, error)
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
-
-
 def _stateful(trainer) -> tuple[dict, dict]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -97,7 +90,7 @@ def save_trainer(trainer, checkpoint_dir: Path) -> None:
         cause = _cause(error)
         if not isinstance(cause, OSError):
             cause = _full_disk(directory) or cause
-        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} ({_describe(cause, directory)}); "
+        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} ({describe_failure(cause, directory)}); "
                               "the previous checkpoints are kept") from error
 
 
@@ -134,8 +127,7 @@ def _unreadable(checkpoint_dir: Path, what: str, error: BaseException) -> Checkp
     cause = _cause(error)
     if isinstance(cause, CheckpointError):
         return cause
-    return CheckpointError(f"checkpoint {checkpoint_dir}: {what} cannot be read ({_describe(cause, checkpoint_dir)}); "
-                           "delete the directory to use the one before")
+    return unreadable(checkpoint_dir, what, describe_failure(cause, checkpoint_dir))
 
 
 def load_trainer(trainer, checkpoint_dir: Path) -> None:

@@ -73,11 +73,11 @@ def test_a_killed_run_resumes_reaches_the_target_and_trains_no_group_twice(tmp_p
     assert not (out / "summary.json").exists()
     steps_before = len(read_metrics(out / "metrics.jsonl"))
     assert steps_before > resumed_at
-    from fasync.checkpoint import Checkpoint
+    from fasync import checkpoint
     from fasync.checkpoint.driver_file import load_driver_state
     from fasync.drivers import driver_state_types
 
-    mode_state = load_driver_state(Checkpoint(out / "checkpoints" / f"step-{resumed_at:08d}", {}),
+    mode_state = load_driver_state(checkpoint.validate(out / "checkpoints" / f"step-{resumed_at:08d}"),
                                    driver_state_types())["mode"]
     if mode == "fully_async":
         assert mode_state["rollouter"]["waiting"], "the checkpoint holds no queued group"
