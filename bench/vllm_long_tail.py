@@ -41,6 +41,8 @@ from fasync.bench.report import (
     write_block,
 )
 from fasync.commands.train import run as train
+from fasync.config.derived import derive
+from fasync.config.loader import load_config
 from fasync.report.markdown import fmt, table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +56,10 @@ STEP_ATTEMPTS = 3
 WARM_START_LR = 3e-3
 WARM_START_BATCH = 64
 LOSS_WINDOW = 100
+WIDE_IN_FLIGHT = 128
+"""Requests in the engine at once in the widest streamed variant (`async.max_concurrent_samples`), two rollouts'
+worth: a decode step costs mostly its fixed part at this size, so a step that serves more requests costs less per
+token."""
 TAIL_BOUND = 4
 """The staleness bound of the variant that gives the long completions room: a 24-token completion decodes for
 as long as one to one and a half drains take, so at the example config's bound of 2 a long group admitted at the
@@ -203,14 +209,22 @@ def scenario(dataset: Path, rollouts: int) -> Scenario:
         "prefill), kept KV (`async.pause_mode: keep`) pauses the engine with them and their KV cache in it, and "
         "without partial rollout they finish under the old weights first. Waiting for late groups "
         "(`async.stale_policy: wait`) makes a drain wait for a group still generating that the next drain would "
-        "drop as stale.",
+        "drop as stale. A sync every 2 drains (`async.update_weights_interval: 2`) halves the weight loads, and "
+        "with a staleness bound of 1 it bounds the lag at 3 optimizer steps in both modes; "
+        f"`async.max_concurrent_samples: {WIDE_IN_FLIGHT}` lets the rollouter keep two rollouts' requests in the "
+        "engine at once.",
         (
-            *SYNC_WAYS,
-            Variant("fully_async (partial rollout, kept KV, waits for late groups, streamed)", "fully_async",
-                    ("async.partial_rollout=true", "async.pause_mode=keep", "async.stale_policy=wait")),
+            SYNC_WAYS[0],
+            Variant("async (a sync every 2 drains)", "async", ("async.update_weights_interval=2",)),
+            *SYNC_WAYS[1:],
             Variant(f"fully_async (partial rollout, kept KV, waits for late groups, bound {TAIL_BOUND}, streamed)",
                     "fully_async", ("async.partial_rollout=true", "async.pause_mode=keep", "async.stale_policy=wait",
                                     f"async.max_weight_staleness={TAIL_BOUND}")),
+            Variant(f"fully_async (partial rollout, kept KV, waits for late groups, bound 1, a sync every 2 drains, "
+                    f"{WIDE_IN_FLIGHT} in flight, streamed)", "fully_async",
+                    ("async.partial_rollout=true", "async.pause_mode=keep", "async.stale_policy=wait",
+                     "async.max_weight_staleness=1", "async.update_weights_interval=2",
+                     f"async.max_concurrent_samples={WIDE_IN_FLIGHT}")),
             Variant("fully_async (no partial rollout, streamed)", "fully_async", ("async.partial_rollout=false",)),
         ),
         reference="async",
@@ -247,6 +261,25 @@ def interruptions(result) -> str:
         rows.append([variant.label, fmt(resumed / drains, 2), fmt(1000 * paused / drains, 1)]
                     if variant.mode == "fully_async" else [variant.label, "—", "—"])
     return table(["mode", "groups resumed from their prefix, per drain", "generation paused per drain (ms)"], rows)
+
+
+def rounds(result) -> str:
+    """Each variant's samples/s in each round, over the reference's in the same round (the variants run in turn, so
+    a round's runs share the machine's state, which drifts between rounds), with its worst lag in optimizer steps:
+    the bound's, (s + 1) × I × N − 1 (`fasync.staleness.max_lag`), and the most any of its runs trained on
+    (`policy_lag_max`)."""
+    reports, reference = result.by_label(), result.scenario.reference
+    base = reports[reference].runs_samples_per_s
+    rows = []
+    for variant in result.scenario.variants:
+        dirs = result.run_dirs[variant.label]
+        bound = derive(load_config(dirs[0] / "config.yaml").config).max_lag.steps
+        trained = max((r.get("policy_lag_max") or 0 for d in dirs for r in read_run_dir(d)[0]), default=0)
+        runs = reports[variant.label].runs_samples_per_s
+        rows.append([variant.label, bound, trained, *(f"{fmt(rate, 0)} ({fmt(rate / ref, 2)}×)"
+                                                      for rate, ref in zip(runs, base))])
+    return table(["mode", "worst lag (optimizer steps)", "most lag trained on",
+                  *(f"round {index + 1}: samples/s (× {reference})" for index in range(len(base)))], rows)
 
 
 def lengths(result) -> str:
@@ -311,6 +344,8 @@ def main() -> int:
         "The weight syncs and the requests in flight (first run of each variant):",
         interruptions(result),
         comparison(result),
+        "Round by round (the variants in turn, each round's runs one after another):",
+        rounds(result),
         "Completion lengths (first run of each variant):",
         lengths(result),
     ])

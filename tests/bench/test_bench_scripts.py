@@ -194,6 +194,12 @@ def test_the_vllm_long_tail_runs_are_configs_without_lint_errors_and_fully_async
         assert cfg.train.target_reward is None  # every run trains all its rollouts
         if f"bound {bench.TAIL_BOUND}" in variant.label:  # the label says the bound the run has
             assert cfg.async_.max_weight_staleness == bench.TAIL_BOUND != 2
+        every_other = "a sync every 2 drains" in variant.label
+        assert cfg.async_.update_weights_interval == (2 if every_other else 1)
+        if every_other:  # async and streamed fully_async compared at the same worst lag
+            assert derive(cfg).max_lag.steps == 3
+        wide = f"{bench.WIDE_IN_FLIGHT} in flight" in variant.label
+        assert derive(cfg).max_concurrent_samples == (bench.WIDE_IN_FLIGHT if wide else 64)
     assert any("kept KV" in variant.label for variant in scenario.variants)
 
 
