@@ -276,3 +276,32 @@ def test_the_startup_bench_compares_the_checkouts_and_shows_a_killed_run(monkeyp
                      for name in ("before", "after"))
     assert before.split(" | ")[2] == "-9" and after.split(" | ")[2] == "0"
     assert after.split(" | ")[4] == "0.50" and after.split(" | ")[8] == "0.75"  # 5.5 / 11 s, 0.9 / 1.2 GiB
+
+
+def test_the_vllm_rounds_table_pairs_each_run_with_the_references_run_of_its_round(tmp_path):
+    from fasync.bench.modes import Scenario, ScenarioResult, Variant
+    from fasync.metrics.measure import ModeReport
+
+    variants = (Variant("async", "async"), Variant("fully_async, a sync every 2 drains", "fully_async"))
+    scenario = Scenario("vllm-long-tail", "", variants, reference="async")
+    settings = {"async": "async:\n  max_weight_staleness: 1\n",
+                "fully_async, a sync every 2 drains": "async:\n  max_weight_staleness: 1\n  update_weights_interval: 2\n"}
+    run_dirs, reports = {}, []
+    for variant, rates in zip(variants, ([400.0, 300.0], [500.0, 450.0])):
+        run_dirs[variant.label] = []
+        for round_ in range(2):
+            run = tmp_path / f"{variant.mode}-{round_}"
+            run.mkdir()
+            (run / "config.yaml").write_text(f"mode: {variant.mode}\n{settings[variant.label]}")
+            lags = [1, 3] if variant.mode == "fully_async" else [0, 1]
+            (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "rollout": step, "wall_time": step, "policy_lag_max": lag})
+                                                       + "\n" for step, lag in enumerate(lags)))
+            run_dirs[variant.label].append(run)
+        reports.append(ModeReport(mode=variant.mode, exit_code=0, rollouts=2, samples_per_s=rates[0],
+                                  time_to_target_s=None, staleness_mean=0.0, staleness_max=0, stale_dropped=0.0,
+                                  trainer_idle=0.0, rollouter_idle=0.0, generate_s=0.0, train_s=0.0,
+                                  train_call_s=0.0, weight_sync_s=0.0, window_s=0.0, runs_samples_per_s=rates))
+    text = vllm_long_tail.rounds(ScenarioResult(scenario, 0.5, reports, run_dirs))
+    assert "| async | 1 | 1 | 400 (1.00×) | 300 (1.00×) |" in text
+    # (1 + 1) × 2 × 1 − 1 = 3 optimizer steps; each round's rate over async's of the same round, not the median's
+    assert "| fully_async, a sync every 2 drains | 3 | 3 | 500 (1.25×) | 450 (1.50×) |" in text
