@@ -78,8 +78,9 @@ def may_generate(batch_index: int, engine_version: int, interval: int, bound: Op
 
 
 def rollouts_ahead(bound: Optional[int], interval: int) -> int:
-    """The most rollouts async generates ahead of the one the trainer trains: `(s + 1) × I`, the furthest
-    `may_generate` ever allows. Unbounded staleness still needs a horizon: two rollouts."""
+    """The most rollouts (fully_async: drains) generated ahead of the one the trainer trains, that one included:
+    `(s + 1) × I`, the furthest `may_generate` ever allows. async's lookahead, and fully_async's default queue.
+    Unbounded staleness still needs a horizon: two rollouts."""
     return (bound + 1) * interval if bound is not None else 2
 
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from fasync.config.schema import FasyncConfig
-from fasync.staleness import LagBound, max_lag
+from fasync.staleness import LagBound, max_lag, rollouts_ahead
 
 GB = 1e9
 """Decimal units, as `resources.gpu_memory_gb` counts them."""
@@ -114,8 +114,9 @@ def derive(cfg: FasyncConfig, model_parameters: int | None = None) -> Derived:
 
     queue = cfg.async_.max_queue_size
     if queue is None:
-        # Enough for the drain in progress plus one per version the bound lets the rollouter run ahead.
-        queue = cfg.rollout.batch_size * ((staleness if staleness is not None else 1) + 1)
+        # Enough for every drain the bound lets the rollouter run ahead, the one in progress included: (s + 1)
+        # versions of `update_weights_interval` drains each.
+        queue = cfg.rollout.batch_size * rollouts_ahead(staleness, cfg.async_.update_weights_interval)
     concurrent = cfg.async_.max_concurrent_samples or samples
     if cfg.correction.ratio_anchor is not None:
         anchor = cfg.correction.ratio_anchor

@@ -357,7 +357,8 @@ class AsyncConfig(Section):
     max_queue_size: Optional[int] = Field(
         None,
         ge=1,
-        description="fully_async: prompt groups the queue holds. Null: rollout.batch_size × (max_weight_staleness + 1).",
+        description="fully_async: prompt groups the queue and the engines hold together. Null: rollout.batch_size × "
+        "(max_weight_staleness + 1) × update_weights_interval.",
     )
     max_concurrent_samples: Optional[int] = Field(
         None,

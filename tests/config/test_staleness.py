@@ -55,6 +55,18 @@ def test_async_runs_ahead_as_far_as_admission_allows(bound, interval):
     assert st.rollouts_ahead(None, interval) == 2  # unbounded: a horizon of its own
 
 
+@pytest.mark.parametrize("bound, interval, drains", [(1, 1, 2), (2, 1, 3), (1, 2, 4), (3, 2, 8), (None, 2, 2)])
+def test_the_default_fully_async_queue_holds_every_drain_the_bound_admits(bound, interval, drains):
+    from fasync.config.derived import derive
+    from fasync.config.schema import FasyncConfig
+
+    cfg = FasyncConfig.model_validate({"mode": "fully_async", "rollout": {"batch_size": 8},
+                                       "async": {"max_weight_staleness": bound, "update_weights_interval": interval}})
+    # A version spans `interval` drains: at bound 1 and a sync every 2 drains the rollouter may run 4 drains
+    # ahead, and a queue of 2 would hold admission (which counts queued and in-flight groups) at half of that.
+    assert derive(cfg).max_queue_size == 8 * drains
+
+
 def test_version_clock_measures_lag_in_steps():
     clock = st.VersionClock()
     # Two optimizer steps per version: version 1 after step 1, version 2 after step 3.

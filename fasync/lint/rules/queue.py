@@ -30,8 +30,8 @@ def queue_below_drain(cfg, derived):
             "async.max_queue_size",
             f"`async.max_queue_size` {queue} groups cannot hold one drain of `rollout.batch_size` {batch} groups: "
             f"the trainer waits for {batch} and the rollouter stops at {queue}, a deadlock",
-            f"set `async.max_queue_size` to at least {batch} (null: {default}, the drain plus one per version "
-            "the bound lets the rollouter run ahead)",
+            f"set `async.max_queue_size` to at least {batch} (null: {default}, every drain the bound lets the "
+            "rollouter run ahead)",
         )
 
 
