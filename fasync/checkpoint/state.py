@@ -90,8 +90,8 @@ def save_trainer(trainer, checkpoint_dir: Path) -> None:
         cause = _cause(error)
         if not isinstance(cause, OSError):
             cause = _full_disk(directory) or cause
-        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} ({describe_failure(cause, directory)}); "
-                              "the previous checkpoints are kept") from error
+        raise CheckpointError(f"cannot write the trainer's checkpoint to {directory} "
+                              f"({describe_failure(cause, directory)}); the previous checkpoints are kept") from error
 
 
 _FULL_BELOW = 1 << 20

@@ -284,8 +284,8 @@ def test_the_vllm_rounds_table_pairs_each_run_with_the_references_run_of_its_rou
 
     variants = (Variant("async", "async"), Variant("fully_async, a sync every 2 drains", "fully_async"))
     scenario = Scenario("vllm-long-tail", "", variants, reference="async")
-    settings = {"async": "async:\n  max_weight_staleness: 1\n",
-                "fully_async, a sync every 2 drains": "async:\n  max_weight_staleness: 1\n  update_weights_interval: 2\n"}
+    bound = "async:\n  max_weight_staleness: 1\n"
+    settings = {"async": bound, "fully_async, a sync every 2 drains": bound + "  update_weights_interval: 2\n"}
     run_dirs, reports = {}, []
     for variant, rates in zip(variants, ([400.0, 300.0], [500.0, 450.0])):
         run_dirs[variant.label] = []
@@ -294,8 +294,9 @@ def test_the_vllm_rounds_table_pairs_each_run_with_the_references_run_of_its_rou
             run.mkdir()
             (run / "config.yaml").write_text(f"mode: {variant.mode}\n{settings[variant.label]}")
             lags = [1, 3] if variant.mode == "fully_async" else [0, 1]
-            (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "rollout": step, "wall_time": step, "policy_lag_max": lag})
-                                                       + "\n" for step, lag in enumerate(lags)))
+            rows = [{"step": step, "rollout": step, "wall_time": step, "policy_lag_max": lag}
+                    for step, lag in enumerate(lags)]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
             run_dirs[variant.label].append(run)
         reports.append(ModeReport(mode=variant.mode, exit_code=0, rollouts=2, samples_per_s=rates[0],
                                   time_to_target_s=None, staleness_mean=0.0, staleness_max=0, stale_dropped=0.0,
