@@ -57,13 +57,12 @@ WARM_START_LR = 3e-3
 WARM_START_BATCH = 64
 LOSS_WINDOW = 100
 WIDE_IN_FLIGHT = 128
-"""Requests in the engine at once in the widest streamed variant (`async.max_concurrent_samples`), two rollouts'
-worth: a decode step costs mostly its fixed part at this size, so a step that serves more requests costs less per
+"""Requests in the engine at once in the streamed variants with a sync every `SYNC_EVERY` drains
+(`async.max_concurrent_samples`), two rollouts' worth: a decode step costs mostly its fixed part at this size, so a step that serves more requests costs less per
 token."""
-TAIL_BOUND = 4
-"""The staleness bound of the variant that gives the long completions room: a 24-token completion decodes for
-as long as one to one and a half drains take, so at the example config's bound of 2 a long group admitted at the
-bound's edge cannot finish before its drain, and the drains wait for it (`stale_policy: wait`) or drop it."""
+SYNC_EVERY = 2
+"""The sync interval of the variants that compare async and streamed fully_async at the same worst lag: a sync every
+2 drains halves the weight loads, and each bound b then lags by (b + 1) × 2 − 1 optimizer steps in either mode."""
 
 
 def write_model(directory: Path) -> Path:
@@ -181,6 +180,22 @@ SYNC_WAYS = (
 variants of both shapes."""
 
 
+def every_other_async(bound: int) -> Variant:
+    """async with a sync every `SYNC_EVERY` drains at staleness bound `bound`."""
+    return Variant(f"async (bound {bound}, a sync every {SYNC_EVERY} drains)", "async",
+                   (f"async.max_weight_staleness={bound}", f"async.update_weights_interval={SYNC_EVERY}"))
+
+
+def every_other_streamed(bound: int) -> Variant:
+    """Streamed fully_async at the same lag as `every_other_async(bound)`: kept KV, waiting for late groups, and
+    `WIDE_IN_FLIGHT` requests in the engine."""
+    return Variant(f"fully_async (partial rollout, kept KV, waits for late groups, bound {bound}, a sync every "
+                   f"{SYNC_EVERY} drains, {WIDE_IN_FLIGHT} in flight, streamed)", "fully_async",
+                   ("async.partial_rollout=true", "async.pause_mode=keep", "async.stale_policy=wait",
+                    f"async.max_weight_staleness={bound}", f"async.update_weights_interval={SYNC_EVERY}",
+                    f"async.max_concurrent_samples={WIDE_IN_FLIGHT}"))
+
+
 def base_config(path: Path, model: Path, dataset: Path, rollouts: int, lr: float) -> Path:
     config = {
         "model": {"path": str(model)},
@@ -210,21 +225,14 @@ def scenario(dataset: Path, rollouts: int) -> Scenario:
         "without partial rollout they finish under the old weights first. Waiting for late groups "
         "(`async.stale_policy: wait`) makes a drain wait for a group still generating that the next drain would "
         "drop as stale. A sync every 2 drains (`async.update_weights_interval: 2`) halves the weight loads, and "
-        "with a staleness bound of 1 it bounds the lag at 3 optimizer steps in both modes; "
+        "bounds the lag at 3 optimizer steps with a staleness bound of 1, at 5 with a bound of 2, in both modes; "
         f"`async.max_concurrent_samples: {WIDE_IN_FLIGHT}` lets the rollouter keep two rollouts' requests in the "
         "engine at once.",
         (
             SYNC_WAYS[0],
-            Variant("async (a sync every 2 drains)", "async", ("async.update_weights_interval=2",)),
+            *(every_other_async(bound) for bound in (1, 2)),
             *SYNC_WAYS[1:],
-            Variant(f"fully_async (partial rollout, kept KV, waits for late groups, bound {TAIL_BOUND}, streamed)",
-                    "fully_async", ("async.partial_rollout=true", "async.pause_mode=keep", "async.stale_policy=wait",
-                                    f"async.max_weight_staleness={TAIL_BOUND}")),
-            Variant(f"fully_async (partial rollout, kept KV, waits for late groups, bound 1, a sync every 2 drains, "
-                    f"{WIDE_IN_FLIGHT} in flight, streamed)", "fully_async",
-                    ("async.partial_rollout=true", "async.pause_mode=keep", "async.stale_policy=wait",
-                     "async.max_weight_staleness=1", "async.update_weights_interval=2",
-                     f"async.max_concurrent_samples={WIDE_IN_FLIGHT}")),
+            *(every_other_streamed(bound) for bound in (1, 2)),
             Variant("fully_async (no partial rollout, streamed)", "fully_async", ("async.partial_rollout=false",)),
         ),
         reference="async",
