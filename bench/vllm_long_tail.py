@@ -58,8 +58,8 @@ WARM_START_BATCH = 64
 LOSS_WINDOW = 100
 WIDE_IN_FLIGHT = 128
 """Requests in the engine at once in the streamed variants with a sync every `SYNC_EVERY` drains
-(`async.max_concurrent_samples`), two rollouts' worth: a decode step costs mostly its fixed part at this size, so a step that serves more requests costs less per
-token."""
+(`async.max_concurrent_samples`), two rollouts' worth: a decode step costs mostly its fixed part at this size, so a
+step that serves more requests costs less per token."""
 SYNC_EVERY = 2
 """The sync interval of the variants that compare async and streamed fully_async at the same worst lag: a sync every
 2 drains halves the weight loads, and each bound b then lags by (b + 1) × 2 − 1 optimizer steps in either mode."""
