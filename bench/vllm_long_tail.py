@@ -44,6 +44,7 @@ from fasync.commands.train import run as train
 from fasync.config.derived import derive
 from fasync.config.loader import load_config
 from fasync.report.markdown import fmt, table
+from fasync.staleness import max_lag
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "configs"
@@ -63,6 +64,8 @@ step that serves more requests costs less per token."""
 SYNC_EVERY = 2
 """The sync interval of the variants that compare async and streamed fully_async at the same worst lag: a sync every
 2 drains halves the weight loads, and each bound b then lags by (b + 1) × 2 − 1 optimizer steps in either mode."""
+EQUAL_LAG_BOUNDS = (1, 2)
+"""The staleness bounds at which both modes run with a sync every `SYNC_EVERY` drains."""
 
 
 def write_model(directory: Path) -> Path:
@@ -180,6 +183,13 @@ SYNC_WAYS = (
 variants of both shapes."""
 
 
+def equal_lags() -> str:
+    """The worst lag at each of `EQUAL_LAG_BOUNDS` with a sync every `SYNC_EVERY` drains, for the description."""
+    first, *rest = ((max_lag("async", bound, 1, SYNC_EVERY).steps, bound) for bound in EQUAL_LAG_BOUNDS)
+    return ", ".join([f"{first[0]} optimizer steps with a staleness bound of {first[1]}",
+                      *(f"at {steps} with a bound of {bound}" for steps, bound in rest)])
+
+
 def every_other_async(bound: int) -> Variant:
     """async with a sync every `SYNC_EVERY` drains at staleness bound `bound`."""
     return Variant(f"async (bound {bound}, a sync every {SYNC_EVERY} drains)", "async",
@@ -224,15 +234,15 @@ def scenario(dataset: Path, rollouts: int) -> Scenario:
         "prefill), kept KV (`async.pause_mode: keep`) pauses the engine with them and their KV cache in it, and "
         "without partial rollout they finish under the old weights first. Waiting for late groups "
         "(`async.stale_policy: wait`) makes a drain wait for a group still generating that the next drain would "
-        "drop as stale. A sync every 2 drains (`async.update_weights_interval: 2`) halves the weight loads, and "
-        "bounds the lag at 3 optimizer steps with a staleness bound of 1, at 5 with a bound of 2, in both modes; "
+        f"drop as stale. A sync every {SYNC_EVERY} drains (`async.update_weights_interval: {SYNC_EVERY}`) halves the "
+        f"weight loads, and bounds the lag at {equal_lags()}, in both modes; "
         f"`async.max_concurrent_samples: {WIDE_IN_FLIGHT}` lets the rollouter keep two rollouts' requests in the "
         "engine at once.",
         (
             SYNC_WAYS[0],
-            *(every_other_async(bound) for bound in (1, 2)),
+            *(every_other_async(bound) for bound in EQUAL_LAG_BOUNDS),
             *SYNC_WAYS[1:],
-            *(every_other_streamed(bound) for bound in (1, 2)),
+            *(every_other_streamed(bound) for bound in EQUAL_LAG_BOUNDS),
             Variant("fully_async (no partial rollout, streamed)", "fully_async", ("async.partial_rollout=false",)),
         ),
         reference="async",
@@ -281,10 +291,10 @@ def rounds(result) -> str:
     rows = []
     for variant in result.scenario.variants:
         dirs = result.run_dirs[variant.label]
-        bound = derive(load_config(dirs[0] / "config.yaml").config).max_lag.steps
+        worst_lag = derive(load_config(dirs[0] / "config.yaml").config).max_lag.steps
         trained = max((r.get("policy_lag_max") or 0 for d in dirs for r in read_run_dir(d)[0]), default=0)
         runs = reports[variant.label].runs_samples_per_s
-        rows.append([variant.label, bound, trained, *(f"{fmt(rate, 0)} ({fmt(rate / ref, 2)}×)"
+        rows.append([variant.label, worst_lag, trained, *(f"{fmt(rate, 0)} ({fmt(rate / ref, 2)}×)"
                                                       for rate, ref in zip(runs, base))])
     return table(["mode", "worst lag (optimizer steps)", "most lag trained on",
                   *(f"round {index + 1}: samples/s (× {reference})" for index in range(len(base)))], rows)
