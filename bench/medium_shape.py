@@ -40,16 +40,16 @@ sys.path.insert(0, str(ROOT))
 
 from fasync.bench.flops import LlamaShape, matmul_peak  # noqa: E402
 from fasync.bench.medium import (  # noqa: E402
-    LR,
     MAX_NEW_TOKENS,
     MODEL,
     POOL,
     PROMPTS,
+    REVERSE,
     SAMPLES,
-    TARGET,
     TEMPLATE,
     WORDS,
     WORDS_PER_PROMPT,
+    MediumFiles,
     write_files,
 )
 from fasync.bench.modes import Scenario, ScenarioResult, Variant, read_run_dir, run_scenario  # noqa: E402
@@ -227,7 +227,7 @@ def vllm_generate(out: Path, calls: int = 2) -> dict:
     import torch
 
     torch.set_num_threads(THREADS)
-    rows = [json.loads(line) for line in (out / "reverse-words.jsonl").read_text().splitlines()]
+    rows = MediumFiles(out).rows()
     _, _, engine, params, _, requests = rollout_call(out / "medium.yaml", rows, ("rollout.engine=vllm",))
     engine.generate(requests, params)
     found: dict = {"s": [], "cpu_s": [], "prompt_tokens": [], "completion_tokens": []}
@@ -344,9 +344,9 @@ def render(saved: dict, command: str) -> dict[str, str]:
         "reward `fasync.bench.rewards:word_match` (the fraction of word positions right, over the longer of "
         f"completion and answer); {POOL} prompts written by the benchmark",
         f"- every run: {PROMPTS} prompts × {SAMPLES} samples per rollout, `rollout.max_new_tokens={MAX_NEW_TOKENS}`, "
-        f"one optimizer step per rollout (`train.global_batch_size={PROMPTS * SAMPLES}`, one micro batch), lr {LR}, "
+        f"one optimizer step per rollout (`train.global_batch_size={PROMPTS * SAMPLES}`, one micro batch), lr {REVERSE.lr}, "
         f"`resources.rollout_threads=1 resources.train_threads=1` (one torch thread per actor), at most "
-        f"{saved['rollouts']} rollouts or until a 3-rollout mean reward of {TARGET}; each mode's `async` and "
+        f"{saved['rollouts']} rollouts or until a 3-rollout mean reward of {REVERSE.target}; each mode's `async` and "
         "`correction` sections from its example config",
     ])
     def of_peak(rate: float | None) -> list[str]:
@@ -374,7 +374,7 @@ def render(saved: dict, command: str) -> dict[str, str]:
                               fmt(generate_rate, 1), *of_peak(generate_rate)])
     modes = "\n\n".join([
         table(["mode", "exit", "rollouts", "samples/s", "completion tokens/s", "optimizer step (ms, trainer)",
-               "wall per optimizer step (ms)", "reward, last 3 rollouts", f"time to {TARGET} (s)"], rows),
+               "wall per optimizer step (ms)", "reward, last 3 rollouts", f"time to {REVERSE.target} (s)"], rows),
         "The time split, milliseconds per rollout (fully_async: per drain) in the steady window:",
         result["phase_table"],
         "Idle, staleness and correction (`fasync bench`'s columns):",
@@ -525,7 +525,7 @@ def main() -> int:
 
         scenario = Scenario("medium", "The medium shape in each mode.", tuple(Variant(m, m) for m in args.modes),
                             reference=args.modes[0])
-        result: ScenarioResult = run_scenario(train, scenario, str(config), [], out, TARGET, ROOT / "configs",
+        result: ScenarioResult = run_scenario(train, scenario, str(config), [], out, REVERSE.target, ROOT / "configs",
                                               before_each=measure_peak)
         peaks.append(matmul_peak(MATMUL_SIZE))
         prompt_mean = statistics.mean(prompt_tokens)

@@ -1,20 +1,23 @@
-"""fasync against TRL's GRPOTrainer on the same work, at one of two shapes (`--shape`):
+"""fasync against TRL's GRPOTrainer on the same work, at one of three shapes (`--shape`):
 
 - small (the default): the quickstart task and reward, one tiny Hugging Face model written here in code, 32 prompts
   × 8 samples per step, lr 2e-3, 6 new tokens, one torch thread;
 - medium: the medium shape of bench/medium_shape.py (`fasync.bench.medium`: a 26 M-parameter Llama with a BPE
   tokenizer and a chat template, the 64-word reverse task), 4 prompts × 4 samples per step, lr 3e-4, at most 80 new
-  tokens, one torch thread.
+  tokens, one torch thread: speed per step, as no run learns that task;
+- medium-target: the same shape on the task a run learns, for time to a target (`fasync.bench.medium.CONTINUE`:
+  the model fine-tuned first on two answers to every prompt, the reward counting one), lr 5e-5, target 0.7.
 
     make venv-peer                                   # .venv-peer: torch, fasync and the `peer` extra (trl)
-    .venv-peer/bin/python bench/peer_trl.py [--shape medium] [--repeat 2] [--steps 400] [--no-write]
+    .venv-peer/bin/python bench/peer_trl.py [--shape medium|medium-target] [--repeat 2] [--steps 400] [--no-write]
 
 Runs TRL, then fasync sync, async and fully_async, in turn, `--repeat` times (interleaved, so that a machine
 that slows down for a while slows every side alike). Each run is a fresh Python process, timed and watched
 from here: time to its first optimizer step and to the target reward (from the process's start, imports
 included), its own per-step times, and its peak memory as PSS summed over the process and everything it
 started (Ray's processes and actors included). Writes the table into docs/benchmarks.md (the small shape's in
-section Against TRL, the medium shape's in section A medium shape), with both sides' settings, as ratios to TRL.
+section Against TRL, the medium shape's two in section A medium shape), with both sides' settings, as ratios to
+TRL.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,21 +95,19 @@ def small_fasync(model: Path) -> tuple[Path, list[str]]:
     return ROOT / "configs" / "quickstart.yaml", [*FASYNC_COMMON, f"model.path={model}"]
 
 
-def medium_files(out: Path, steps: int) -> Path:
-    return medium.write_files(out, steps).model
+def medium_files(task: medium.Task, out: Path, steps: int) -> Path:
+    return medium.write_files(out, steps, task).model
 
 
-def medium_prompts(model: Path, seed: int) -> tuple[list[dict], Callable[[str, str], float]]:
+def medium_prompts(task: medium.Task, model: Path, seed: int) -> tuple[list[dict], Callable[[str, str], float]]:
     """The pool fasync reads (`data.path`), each prompt as a user's message: TRL renders it through the chat
     template as fasync does."""
-    from fasync.bench.rewards import word_match
-
     return [{"prompt": [{"role": "user", "content": row["prompt"]}], "label": row["label"]}
-            for row in medium.MediumFiles(model.parent).rows()], word_match
+            for row in medium.MediumFiles(model.parent, task).rows()], task.reward
 
 
-def medium_fasync(model: Path) -> tuple[Path, list[str]]:
-    return medium.MediumFiles(model.parent).config, list(COMMON)
+def medium_fasync(task: medium.Task, model: Path) -> tuple[Path, list[str]]:
+    return medium.MediumFiles(model.parent, task).config, list(COMMON)
 
 
 @dataclass(frozen=True)
@@ -137,13 +139,25 @@ SMALL = Shape("small", 32, 8, 6, 2e-3, 0.9, small_files, small_prompts, small_fa
     ("fully_async ≥ 1.4× faster than TRL to {target}", "fully_async", "time_to_target_s", 1 / 1.4),
 ))
 """The quickstart's: configs/quickstart.yaml, its task and reward, `write_model`'s Llama."""
-MEDIUM = Shape("medium", medium.PROMPTS, medium.SAMPLES, medium.MAX_NEW_TOKENS, medium.LR, medium.TARGET,
-               medium_files, medium_prompts, medium_fasync, "peer-trl-medium", (
-                   ("fasync sync ≥ 1.2× TRL's speed per step", "sync", "step_ms", 1 / 1.2),
-                   ("fully_async ≥ 2× faster than TRL to {target}", "fully_async", "time_to_target_s", 0.5),
-               ))
-"""bench/medium_shape.py's (issue 31 §2): the files `fasync.bench.medium.write_files` writes, which both sides load."""
-SHAPES = {shape.name: shape for shape in (SMALL, MEDIUM)}
+
+
+def medium_shape(name: str, task: medium.Task, block: str, goals: tuple[tuple[str, str, str, float], ...]) -> Shape:
+    return Shape(name, medium.PROMPTS, medium.SAMPLES, medium.MAX_NEW_TOKENS, task.lr, task.target,
+                 partial(medium_files, task), partial(medium_prompts, task), partial(medium_fasync, task), block, goals)
+
+
+MEDIUM = medium_shape("medium", medium.REVERSE, "peer-trl-medium", (
+    ("fasync sync ≥ 1.2× TRL's speed per step", "sync", "step_ms", 1 / 1.2),
+    ("fully_async ≥ 2× faster than TRL to {target}", "fully_async", "time_to_target_s", 0.5),
+))
+"""bench/medium_shape.py's (issue 31 §2): the files `fasync.bench.medium.write_files` writes for its throughput task,
+which both sides load."""
+MEDIUM_TARGET = medium_shape("medium-target", medium.CONTINUE, "peer-trl-medium-target", (
+    ("fasync sync ≥ 1.2× TRL's speed per step", "sync", "step_ms", 1 / 1.2),
+    ("fully_async ≥ 2× faster than TRL to {target}", "fully_async", "time_to_target_s", 0.5),
+))
+"""The same shape on the task a run learns (`fasync.bench.medium.CONTINUE`, warm-started): time to a target."""
+SHAPES = {shape.name: shape for shape in (SMALL, MEDIUM, MEDIUM_TARGET)}
 
 
 # -- the two sides, each run as a child process ------------------------------------------------------
@@ -428,22 +442,33 @@ def small_setup(steps: int, vocabulary: int) -> list[str]:
     ]
 
 
-def medium_setup(steps: int, vocabulary: int) -> list[str]:
+def medium_setup(task: medium.Task, steps: int, vocabulary: int) -> list[str]:
+    if task.warm_start_steps:
+        model = (f"fine-tuned by it on the prompts' two answers for {task.warm_start_steps} steps "
+                 f"(`fasync.bench.warm_start.fine_tune`, {medium.WARM_START_BATCH} answers a step, AdamW at "
+                 f"{medium.WARM_START_LR})")
+        prompts = (f"`continue:` and {medium.WORDS_PER_PROMPT} consecutive words of a cycle of "
+                   f"{medium.WORDS // 2}, each answered by the next {medium.WORDS_PER_PROMPT} (`fasync.bench.medium."
+                   "continuations`)")
+    else:
+        model = "as bench/medium_shape.py writes it"
+        prompts = f"`reverse:` and {medium.WORDS_PER_PROMPT} words"
     return [
-        "- model (both sides): the directory written by `fasync.bench.medium.write_files`, as bench/medium_shape.py "
-        f"writes it: `LlamaForCausalLM` {json.dumps(medium.MODEL)}, vocabulary {vocabulary} (byte-level BPE trained "
-        f"in code on the task's {medium.WORDS} pseudo-words, chat template `{medium.TEMPLATE}`), float32, seed 0",
-        f"- data and reward (both sides): the {medium.POOL} prompts `reverse:` and {medium.WORDS_PER_PROMPT} words that "
-        "`write_files` writes (fasync: `data.path`; TRL: the same rows, each prompt as a user's message, so that TRL "
-        "renders it through the same chat template), `fasync.bench.rewards.word_match`; one torch thread per process",
+        f"- model (both sides): the directory written by `fasync.bench.medium.write_files`, {model}: "
+        f"`LlamaForCausalLM` {json.dumps(medium.MODEL)}, vocabulary {vocabulary} (byte-level BPE trained in code on "
+        f"the task's {medium.WORDS} pseudo-words, chat template `{medium.TEMPLATE}`), float32, seed 0",
+        f"- data and reward (both sides): the {medium.POOL} prompts {prompts} that `write_files` writes (fasync: "
+        "`data.path`; TRL: the same rows, each prompt as a user's message, so that TRL renders it through the same "
+        f"chat template), `{task.reward_spec.replace(':', '.')}`; one torch thread per process",
         f"- fasync: `fasync train medium.yaml` (`fasync.bench.medium.write_config`: {medium.PROMPTS} prompts × "
-        f"{medium.SAMPLES} samples, `rollout.max_new_tokens={medium.MAX_NEW_TOKENS}`, lr {medium.LR}, one optimizer step "
-        f"per rollout) with `{' '.join(COMMON)} train.num_rollouts={steps} train.target_reward={MEDIUM.target}` and, "
+        f"{medium.SAMPLES} samples, `rollout.max_new_tokens={medium.MAX_NEW_TOKENS}`, lr {task.lr}, one optimizer step "
+        f"per rollout) with `{' '.join(COMMON)} train.num_rollouts={steps} train.target_reward={task.target}` and, "
         "per mode, the sections of its example config (`mode=sync`; `configs/async.yaml`; `configs/fully_async.yaml`)",
     ]
 
 
-SETUP = {"small": small_setup, "medium": medium_setup}
+SETUP = {"small": small_setup, "medium": partial(medium_setup, medium.REVERSE),
+         "medium-target": partial(medium_setup, medium.CONTINUE)}
 """Each shape's model, data and fasync lines of its block."""
 
 
@@ -582,7 +607,8 @@ def measure_all(shape: Shape, args, out: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=list(SHAPES), default=SMALL.name,
-                        help="The work both sides do: the quickstart's (small) or bench/medium_shape.py's (medium).")
+                        help="The work both sides do: the quickstart's (small), bench/medium_shape.py's (medium) or "
+                        "the medium shape's learnable task (medium-target).")
     parser.add_argument("--repeat", type=int, default=2, help="Rounds over the four sides.")
     parser.add_argument("--steps", type=int, default=400, help="Most optimizer steps per run.")
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from fasync.bench.report import (
     phase_table,
     write_block,
 )
+from fasync.bench.warm_start import fine_tune
 from fasync.commands.train import run as train
 from fasync.config.derived import derive
 from fasync.config.loader import load_config
@@ -78,41 +78,15 @@ def write_model(directory: Path) -> Path:
     return directory
 
 
-def warm_start(directory: Path, dataset: Path, steps: int, seed: int = 0) -> list[float]:
-    """Fine-tunes the model in `directory` in place on the dataset's answers (each followed by `</s>`), cross-entropy
-    on the answer's tokens only, and returns the loss of every `LOSS_WINDOW` steps. From random weights every
-    completion runs to the token budget until the policy learns to stop, and when it learns that differs from run to
-    run: the lengths, hence the throughput, would measure the learning rather than the scheduling. After this the
-    completions' lengths follow the data from the first rollout, as a supervised model's do."""
-    import torch
-    import transformers
-
-    from fasync.model.tokenizer import HFTokenizer
-
-    tokenizer = HFTokenizer(str(directory))
+def warm_start(directory: Path, dataset: Path, steps: int) -> list[float]:
+    """Fine-tunes the model in `directory` in place on the dataset's answers (`fasync.bench.warm_start.fine_tune`)
+    and returns the loss of every `LOSS_WINDOW` steps. From random weights every completion runs to the token
+    budget until the policy learns to stop, and when it learns that differs from run to run: the lengths, hence the
+    throughput, would measure the learning rather than the scheduling. After this the completions' lengths follow
+    the data from the first rollout, as a supervised model's do."""
     rows = [json.loads(line) for line in dataset.read_text().splitlines()]
-    examples = [(tokenizer.format_prompt(row["prompt"]), [*tokenizer.encode(row["label"]), tokenizer.eos_id])
-                for row in rows]
-    torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM.from_pretrained(directory)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=WARM_START_LR)
-    draw, losses = random.Random(seed), []
-    for step in range(steps):
-        batch = draw.sample(examples, WARM_START_BATCH)
-        width = max(len(prompt) + len(answer) for prompt, answer in batch)
-        ids = torch.full((len(batch), width), tokenizer.pad_id)
-        labels = torch.full((len(batch), width), -100)  # transformers' ignored label: prompts and padding
-        for row, (prompt, answer) in enumerate(batch):
-            ids[row, :len(prompt) + len(answer)] = torch.tensor(prompt + answer)
-            labels[row, len(prompt):len(prompt) + len(answer)] = torch.tensor(answer)
-        loss = model(input_ids=ids, attention_mask=ids != tokenizer.pad_id, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if step % LOSS_WINDOW == 0:
-            losses.append(loss.item())
-    model.save_pretrained(directory)
-    return losses
+    return fine_tune(directory, [(row["prompt"], row["label"]) for row in rows], steps, lr=WARM_START_LR,
+                     batch=WARM_START_BATCH, loss_every=LOSS_WINDOW)
 
 
 def answer_lengths(directory: Path, dataset: Path, length: int, count: int = 8) -> list[int | None]:
@@ -263,7 +237,7 @@ def medium_scenario(rollouts: int) -> Scenario:
         SYNC_WAYS,
         reference="async",
         overrides=("rollout.engine=vllm", "train.target_reward=null"),
-        target=medium.TARGET,
+        target=medium.REVERSE.target,
     )
 
 
@@ -331,7 +305,7 @@ def main() -> int:
     if args.shape == "medium":
         config = medium.write_files(out, args.rollouts).config
         chosen, names = medium_scenario(args.rollouts), {str(out): "DIR"}
-        warm = f"Every run starts from the model's random weights and trains at lr {medium.LR}."
+        warm = f"Every run starts from the model's random weights and trains at lr {medium.REVERSE.lr}."
     else:
         model = write_model(out / "model")
         dataset = LONG_TAIL.write_dataset(out / "long-tail.jsonl")

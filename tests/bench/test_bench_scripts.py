@@ -124,11 +124,16 @@ def test_cpu_time_is_summed_over_the_process_and_the_children_it_waited_for():
     assert peer.tree_cpu_s(os.getpid()) >= mine + 0.3 - 4 / os.sysconf("SC_CLK_TCK")
 
 
-def test_both_sides_at_the_medium_shape_train_the_same_prompts_through_the_same_template(tmp_path):
+@pytest.mark.parametrize("shape", [peer.MEDIUM, peer.MEDIUM_TARGET], ids=lambda shape: shape.name)
+def test_both_sides_at_the_medium_shape_train_the_same_prompts_through_the_same_template(tmp_path, monkeypatch, shape):
+    """Both medium shapes, the learnable task's warm start recorded instead of run (its training is the long tail's
+    test's): it teaches each prompt both answers, and the throughput task has none."""
     pytest.importorskip("transformers")
+    from fasync.bench import medium
     from fasync.model import build_tokenizer
 
-    shape = peer.MEDIUM
+    taught = []
+    monkeypatch.setattr(medium, "fine_tune", lambda directory, examples, steps, **_: taught.append((examples, steps)))
     model = shape.write_files(tmp_path, 4)
     config, _ = shape.fasync_run(model)
     rows, reward = shape.trl_prompts(model, 0)
@@ -148,6 +153,13 @@ def test_both_sides_at_the_medium_shape_train_the_same_prompts_through_the_same_
     assert reward.__name__ == cfg.reward.function.rsplit(":", 1)[1]
     fasync_rows = [json.loads(line) for line in Path(cfg.data.path).read_text().splitlines()]
     assert [row["label"] for row in rows] == [row["label"] for row in fasync_rows]
+    if shape is peer.MEDIUM:
+        assert taught == []
+    else:
+        [(examples, steps)] = taught
+        assert steps == medium.CONTINUE.warm_start_steps
+        assert len(examples) == 2 * len(fasync_rows)
+        assert {(row["prompt"], row["label"]) for row in fasync_rows} < set(examples)  # and one other answer each
     assert [row["prompt"] for row in rows] == [[{"role": "user", "content": row["prompt"]}] for row in fasync_rows]
 
     from transformers import AutoTokenizer

@@ -1,11 +1,12 @@
-"""The medium shape's FLOP count (fasync.bench.flops) and reward, on cases worked out by hand."""
+"""The medium shape's FLOP count (fasync.bench.flops), rewards and learnable task, on cases worked out by hand."""
 
 from __future__ import annotations
 
 import pytest
 
+from fasync.bench import medium
 from fasync.bench.flops import LlamaShape
-from fasync.bench.rewards import word_match
+from fasync.bench.rewards import word_lcs, word_match
 
 CONFIG = {"hidden_size": 4, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
           "intermediate_size": 6, "vocab_size": 10}
@@ -44,3 +45,36 @@ def test_a_configured_head_width_replaces_hidden_over_heads():
 ])
 def test_word_match_is_the_fraction_of_word_positions_right_over_the_longer(completion, label, reward):
     assert word_match(completion, label) == pytest.approx(reward, abs=1e-12)  # exact fractions of small counts
+
+
+@pytest.mark.parametrize(("completion", "label", "reward"), [
+    ("a b c d", "a b c d", 1.0),
+    ("a c d", "a b c d", 3 / 4),  # a skipped word costs one, where word_match would give 1/4
+    ("a b b c d", "a b c d", 4 / 5),  # so does a repeated one, over the longer
+    ("d c b a", "a b c d", 1 / 4),  # order counts
+    ("x y", "a b c d", 0.0),
+    ("", "", 1.0),
+])
+def test_word_lcs_is_the_longest_common_subsequence_of_words_over_the_longer(completion, label, reward):
+    assert word_lcs(completion, label) == pytest.approx(reward, abs=1e-12)  # exact fractions of small counts
+
+
+def test_the_learnable_task_continues_one_cycle_and_its_other_answer_comes_from_the_other():
+    words = medium.vocabulary()
+    rows = medium.continuations(words, 50)
+    assert rows == medium.continuations(words, 50)
+    successor: dict[str, str] = {}
+    rewarded, other = set(), set()
+    for row in rows:
+        prompt = row["prompt"].removeprefix("continue: ").split()
+        label, second = row["label"].split(), row["other"].split()
+        assert len(prompt) == len(label) == len(second) == medium.WORDS_PER_PROMPT
+        run = prompt + label
+        for before, after in zip(run, run[1:]):  # one cycle: every word has one successor in every row
+            assert successor.setdefault(before, after) == after
+        rewarded.update(run)
+        other.update(second)
+    assert len(rewarded) == len(other) == medium.WORDS // 2  # a cycle of 128 words each, split from the 256
+    assert rewarded.isdisjoint(other) and rewarded | other == set(words)
+    assert [medium.CONTINUE.reward(row["label"], row["label"]) for row in rows[:3]] == [1.0] * 3
+    assert max(medium.CONTINUE.reward(row["other"], row["label"]) for row in rows) == 0.0
