@@ -334,6 +334,35 @@ def step_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
 
 
+SAMPLE_EVERY = 0.1
+"""Seconds between two samples of a side's memory, at the most often."""
+WATCH_SHARE = 0.05
+"""The share of one core that sampling a side's memory may take. Reading the smaps_rollup of processes that map
+gigabytes takes tens of milliseconds: sampled every 0.1 s, that took 0.4 of a core (2026-12-07, the medium shape),
+from the two cores a fasync side overlaps its work on, and from the core TRL leaves idle."""
+
+
+class PeakMemory:
+    """The peak of `tree_pss` over a side's run, sampled at most every `SAMPLE_EVERY` seconds and spending at most
+    `WATCH_SHARE` of the time since the previous sample on taking it."""
+
+    def __init__(self) -> None:
+        self.total, self.by_name, self.processes = 0, {}, 0
+        self.spent_s, self._due = 0.0, 0.0
+
+    def sample(self, root: int) -> None:
+        """Samples `root`'s tree if it is due."""
+        started = time.monotonic()
+        if started < self._due:
+            return
+        total, by_name, processes = tree_pss(root)
+        if total > self.total:
+            self.total, self.by_name, self.processes = total, by_name, processes
+        cost = time.monotonic() - started
+        self.spent_s += cost
+        self._due = started + max(SAMPLE_EVERY, cost / WATCH_SHARE)
+
+
 def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: float, root: Path = ROOT,
           shape: Shape = SMALL) -> dict:
     """Run one side in a child process; what it took, measured from here and from its own records. `root`: the
@@ -351,13 +380,11 @@ def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: flo
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(root), *(path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path)])}
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=environment)
-    peak, peak_by_name, peak_count, first_step, seen_size, step_cpu = 0, {}, 0, None, 0, []
+    peak, first_step, seen_size, step_cpu = PeakMemory(), None, 0, []
     while True:
         done = child.poll() is not None
         if not done:
-            total, by_name, count = tree_pss(child.pid)
-            if total > peak:
-                peak, peak_by_name, peak_count = total, by_name, count
+            peak.sample(child.pid)
         now = time.monotonic() - started
         size = records.stat().st_size if records.exists() else 0
         if first_step is None and size:
@@ -385,9 +412,9 @@ def watch(side: str, model: Path, out: Path, steps: int, seed: int, timeout: flo
     result = {"side": side, "exit": child.wait(), "steps": len(lines), "first_step_s": first_step,
               "series": series, "step_ms": 1000 * statistics.median(deltas) if deltas else None,
               "step_cpu_s": statistics.median(cpu_deltas) if cpu_deltas else None,
-              "peak_pss_gib": peak / 2**30, "peak_processes": peak_count,
+              "peak_pss_gib": peak.total / 2**30, "peak_processes": peak.processes, "sampling_s": peak.spent_s,
               "peak_by_process_mib": {name: round(size / 2**20) for name, size in
-                                      sorted(peak_by_name.items(), key=lambda item: -item[1])}}
+                                      sorted(peak.by_name.items(), key=lambda item: -item[1])}}
     if side == "ray":
         result["first_step_s"] = None
         ready = out / "ready"

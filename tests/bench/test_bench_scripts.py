@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,38 @@ def test_cpu_time_is_summed_over_the_process_and_the_children_it_waited_for():
     mine = time.process_time()
     # /proc counts whole clock ticks (1/100 s on Linux) and rounds each of its four counters down.
     assert peer.tree_cpu_s(os.getpid()) >= mine + 0.3 - 4 / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_memory_watcher_keeps_the_highest_sample_and_its_own_cost_within_its_share(monkeypatch):
+    """On a clock the test moves: a sample that costs 20 ms is taken only every 20 ms / WATCH_SHARE = 0.4 s, where
+    sampling every SAMPLE_EVERY (0.1 s) would take a fifth of a core; one that costs 1 ms, every SAMPLE_EVERY."""
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(peer, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    sizes, taken = iter([3, 7, 5, 1] + [0] * 20), []
+
+    def tree_pss(root: int) -> tuple[int, dict[str, int], int]:
+        taken.append(clock.now)
+        clock.now += cost
+        size = next(sizes)
+        return size, {"ray::TrainerActor": size}, 1
+
+    monkeypatch.setattr(peer, "tree_pss", tree_pss)
+    peak, cost = peer.PeakMemory(), 0.02
+    while clock.now < 1.0:
+        peak.sample(os.getpid())
+        clock.now += 0.005
+    assert taken == pytest.approx([0.0, 0.4, 0.8], abs=0.006)  # each one at the first poll it is due
+    assert peak.spent_s == pytest.approx(3 * cost)
+    assert (peak.total, peak.by_name, peak.processes) == (7, {"ray::TrainerActor": 7}, 1)
+    taken.clear()
+    cost = 0.001
+    while clock.now < 2.0:
+        peak.sample(os.getpid())
+        clock.now += 0.005
+    # the last 20 ms sample made the next due at 1.2 s; from then on, every SAMPLE_EVERY, at the first poll due
+    # (polls come every 6 ms: 5 ms of sleep and the 1 ms sample): 8 samples before 2 s
+    assert taken[0] == pytest.approx(1.2, abs=0.006) and len(taken) == 8
+    assert all(0.1 - 1e-9 <= later - earlier <= 0.106 + 1e-9 for earlier, later in zip(taken, taken[1:]))
 
 
 @pytest.mark.parametrize("shape", [peer.MEDIUM, peer.MEDIUM_TARGET], ids=lambda shape: shape.name)
