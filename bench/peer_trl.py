@@ -565,13 +565,15 @@ def render(shape: Shape, saved: dict, target: float) -> str:
         trl_version = trl_package.__version__
     except ImportError:
         trl_version = "not installed"
+    # Results kept before the rounds were seeded ran every round with seed 0.
+    seeds = "round r with seed r" if saved.get("seeded_rounds") else "every run with seed 0"
     load = saved.get("load")
     # Results kept before the load was recorded say only the load at the end.
     conditions = (load_sentence(load["before"], load["after"], load["capacity"]) if load
                   else f"load average at the end {load_average()}")
     return "\n\n".join([
         f"{measured(sys.argv)}; {conditions}. Each side ran {repeats}× in turn with the "
-        f"others, at most {steps} optimizer steps, stopping at a 3-step mean reward of {shape.target}; time to "
+        f"others ({seeds}), at most {steps} optimizer steps, stopping at a 3-step mean reward of {shape.target}; time to "
         f"target is to a 3-step mean of {target}, from the process's start; each cell is "
         "the median of a side's runs with the range in brackets, and every ratio is the side's median over "
         f"TRL's. torch {torch.__version__}, transformers {transformers.__version__}, trl {trl_version}.",
@@ -614,10 +616,11 @@ def measure_all(shape: Shape, args, out: Path) -> dict:
     results: dict[str, list[dict]] = {side: [] for side in args.sides}
     results["ray"] = []
     saved = {"shape": shape.name, "repeat": args.repeat, "steps": args.steps, "vocabulary": vocabulary, "load": load,
-             "results": results}
+             "seeded_rounds": True, "results": results}
     for repeat in range(args.repeat):
         for side in ("ray", *args.sides):
-            result = watch(side, model, out / f"{side}-{repeat}", args.steps, 0, args.timeout, shape=shape)
+            # Round r runs every side with seed r: the rounds differ in what they sample, as runs do.
+            result = watch(side, model, out / f"{side}-{repeat}", args.steps, repeat, args.timeout, shape=shape)
             results[side].append(result)
             print(f"peer: {side} ({repeat + 1}/{args.repeat}): " + ", ".join(
                 f"{k} {fmt(v, 3) if isinstance(v, float) else v}" for k, v in result.items()

@@ -157,6 +157,28 @@ def test_the_memory_watcher_keeps_the_highest_sample_and_its_own_cost_within_its
     assert all(0.1 - 1e-9 <= later - earlier <= 0.106 + 1e-9 for earlier, later in zip(taken, taken[1:]))
 
 
+def test_the_medium_target_block_times_each_side_to_its_first_3_step_mean_at_the_target(monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setattr(peer, "measured", lambda argv: "Measured")
+
+    def run(series: list[list[float]], step_ms: float) -> dict:
+        return {"exit": 0, "steps": len(series), "first_step_s": series[0][0], "series": series, "step_ms": step_ms,
+                "step_cpu_s": 1.0, "peak_pss_gib": 1.0, "peak_processes": 1, "peak_by_process_mib": {"python": 1024},
+                "generate_time_ms": 1.0}
+
+    # TRL: the 3-step means are 0.57 at 30 s, then 0.8 at 40 s; fully_async: 0.8 at its third step, 16 s; sync never.
+    saved = {"shape": "medium-target", "repeat": 1, "steps": 4, "vocabulary": 809, "seeded_rounds": True,
+             "results": {"trl": [run([[10, 0.1], [20, 0.8], [30, 0.8], [40, 0.8]], 10_000)],
+                         "sync": [run([[12, 0.1], [20, 0.1], [28, 0.1], [36, 0.1]], 8_000)],
+                         "fully_async": [run([[6, 0.8], [11, 0.8], [16, 0.8]], 5_000)], "ray": []}}
+    text = peer.render(peer.MEDIUM_TARGET, saved, 0.7)
+    assert "(round r with seed r)" in text
+    assert "| fully_async ≥ 2× faster than TRL to 0.7 | 0.40 | met |" in text  # 16 s / 40 s
+    assert "| fasync sync ≥ 1.2× TRL's speed per step | 0.80 | met |" in text  # 8 s / 10 s
+    assert "| sync | 0 | 0/1 | — |" in text and "| fully_async | 0 | 1/1 | 3 |" in text
+    assert "| trl | 0 | 1/1 | 4 |" in text
+
+
 @pytest.mark.parametrize("shape", [peer.MEDIUM, peer.MEDIUM_TARGET], ids=lambda shape: shape.name)
 def test_both_sides_at_the_medium_shape_train_the_same_prompts_through_the_same_template(tmp_path, monkeypatch, shape):
     """Both medium shapes, the learnable task's warm start recorded instead of run (its training is the long tail's
