@@ -344,8 +344,9 @@ def render(saved: dict, command: str) -> dict[str, str]:
         "reward `fasync.bench.rewards:word_match` (the fraction of word positions right, over the longer of "
         f"completion and answer); {POOL} prompts written by the benchmark",
         f"- every run: {PROMPTS} prompts × {SAMPLES} samples per rollout, `rollout.max_new_tokens={MAX_NEW_TOKENS}`, "
-        f"one optimizer step per rollout (`train.global_batch_size={PROMPTS * SAMPLES}`, one micro batch), lr {REVERSE.lr}, "
-        f"`resources.rollout_threads=1 resources.train_threads=1` (one torch thread per actor), at most "
+        f"one optimizer step per rollout (`train.global_batch_size={PROMPTS * SAMPLES}`, one micro batch), "
+        f"lr {REVERSE.lr}, `resources.rollout_threads=1 resources.train_threads=1` (one torch thread per actor), "
+        "at most "
         f"{saved['rollouts']} rollouts or until a 3-rollout mean reward of {REVERSE.target}; each mode's `async` and "
         "`correction` sections from its example config",
     ])

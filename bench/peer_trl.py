@@ -573,8 +573,8 @@ def render(shape: Shape, saved: dict, target: float) -> str:
                   else f"load average at the end {load_average()}")
     return "\n\n".join([
         f"{measured(sys.argv)}; {conditions}. Each side ran {repeats}× in turn with the "
-        f"others ({seeds}), at most {steps} optimizer steps, stopping at a 3-step mean reward of {shape.target}; time to "
-        f"target is to a 3-step mean of {target}, from the process's start; each cell is "
+        f"others ({seeds}), at most {steps} optimizer steps, stopping at a 3-step mean reward of {shape.target}; "
+        f"time to target is to a 3-step mean of {target}, from the process's start; each cell is "
         "the median of a side's runs with the range in brackets, and every ratio is the side's median over "
         f"TRL's. torch {torch.__version__}, transformers {transformers.__version__}, trl {trl_version}.",
         "\n".join([
