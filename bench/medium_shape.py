@@ -346,9 +346,8 @@ def render(saved: dict, command: str) -> dict[str, str]:
         f"- every run: {PROMPTS} prompts × {SAMPLES} samples per rollout, `rollout.max_new_tokens={MAX_NEW_TOKENS}`, "
         f"one optimizer step per rollout (`train.global_batch_size={PROMPTS * SAMPLES}`, one micro batch), "
         f"lr {REVERSE.lr}, `resources.rollout_threads=1 resources.train_threads=1` (one torch thread per actor), "
-        "at most "
-        f"{saved['rollouts']} rollouts or until a 3-rollout mean reward of {REVERSE.target}; each mode's `async` and "
-        "`correction` sections from its example config",
+        f"at most {saved['rollouts']} rollouts or until a 3-rollout mean reward of {REVERSE.target}; each mode's "
+        "`async` and `correction` sections from its example config",
     ])
     def of_peak(rate: float | None) -> list[str]:
         return [fmt(rate / peak, 2), fmt(rate / typical, 2)] if rate else ["—", "—"]

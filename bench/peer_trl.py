@@ -141,21 +141,24 @@ SMALL = Shape("small", 32, 8, 6, 2e-3, 0.9, small_files, small_prompts, small_fa
 """The quickstart's: configs/quickstart.yaml, its task and reward, `write_model`'s Llama."""
 
 
-def medium_shape(name: str, task: medium.Task, block: str, goals: tuple[tuple[str, str, str, float], ...]) -> Shape:
-    return Shape(name, medium.PROMPTS, medium.SAMPLES, medium.MAX_NEW_TOKENS, task.lr, task.target,
-                 partial(medium_files, task), partial(medium_prompts, task), partial(medium_fasync, task), block, goals)
-
-
-MEDIUM = medium_shape("medium", medium.REVERSE, "peer-trl-medium", (
+MEDIUM_GOALS = (
     ("fasync sync ≥ 1.2× TRL's speed per step", "sync", "step_ms", 1 / 1.2),
     ("fully_async ≥ 2× faster than TRL to {target}", "fully_async", "time_to_target_s", 0.5),
-))
+)
+"""Issue 31 §2's, at either medium shape."""
+
+
+def medium_shape(name: str, task: medium.Task) -> Shape:
+    """The medium shape on `task`, with `MEDIUM_GOALS`, writing its block `peer-trl-NAME`."""
+    return Shape(name, medium.PROMPTS, medium.SAMPLES, medium.MAX_NEW_TOKENS, task.lr, task.target,
+                 partial(medium_files, task), partial(medium_prompts, task), partial(medium_fasync, task),
+                 f"peer-trl-{name}", MEDIUM_GOALS)
+
+
+MEDIUM = medium_shape("medium", medium.REVERSE)
 """bench/medium_shape.py's (issue 31 §2): the files `fasync.bench.medium.write_files` writes for its throughput task,
 which both sides load."""
-MEDIUM_TARGET = medium_shape("medium-target", medium.CONTINUE, "peer-trl-medium-target", (
-    ("fasync sync ≥ 1.2× TRL's speed per step", "sync", "step_ms", 1 / 1.2),
-    ("fully_async ≥ 2× faster than TRL to {target}", "fully_async", "time_to_target_s", 0.5),
-))
+MEDIUM_TARGET = medium_shape("medium-target", medium.CONTINUE)
 """The same shape on the task a run learns (`fasync.bench.medium.CONTINUE`, warm-started): time to a target."""
 SHAPES = {shape.name: shape for shape in (SMALL, MEDIUM, MEDIUM_TARGET)}
 
